@@ -1,0 +1,405 @@
+//! Conversions between proto messages and domain types. Every proto message is destructured by
+//! field name, so a new proto field does not compile until someone decides what it means.
+
+use std::collections::BTreeMap;
+
+use super::proto;
+use crate::chunk::{Strategy, Unit};
+use crate::error::{LatheError, Result};
+use crate::types::{
+    ChunkingSpec, CollectionInfo, CollectionSettings, CollectionStats, DocumentFormat,
+    DocumentInput, Filter, ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk,
+    SectionBoundary, WriteOutcome, DEFAULT_SECTION_TOKENS,
+};
+
+pub fn strategy_from_proto(value: i32, field: &str) -> Result<Option<Strategy>> {
+    use proto::ChunkStrategy as P;
+    let strategy = match P::try_from(value) {
+        Ok(P::Unspecified) => return Ok(None),
+        Ok(P::Fixed) => Strategy::Fixed,
+        Ok(P::Sentence) => Strategy::Sentence,
+        Ok(P::Recursive) => Strategy::Recursive,
+        Ok(P::Structure) => Strategy::Structure,
+        Ok(P::Auto) => Strategy::Auto,
+        Ok(P::Semantic) => Strategy::Semantic,
+        Err(_) => {
+            return Err(LatheError::invalid(
+                field,
+                format!("unknown strategy {value}; the allowed values are 0 (collection default) to 6: fixed=1, sentence=2, recursive=3, structure=4, auto=5, semantic=6"),
+            ))
+        }
+    };
+    Ok(Some(strategy))
+}
+
+pub fn strategy_to_proto(strategy: Strategy) -> proto::ChunkStrategy {
+    use proto::ChunkStrategy as P;
+    match strategy {
+        Strategy::Fixed => P::Fixed,
+        Strategy::Sentence => P::Sentence,
+        Strategy::Recursive => P::Recursive,
+        Strategy::Structure => P::Structure,
+        Strategy::Auto => P::Auto,
+        Strategy::Semantic => P::Semantic,
+    }
+}
+
+fn unit_from_proto(value: i32, field: &str) -> Result<Unit> {
+    match proto::ChunkUnit::try_from(value) {
+        Ok(proto::ChunkUnit::Tokens) => Ok(Unit::Tokens),
+        Ok(proto::ChunkUnit::Words) => Ok(Unit::Words),
+        Ok(proto::ChunkUnit::Chars) => Ok(Unit::Chars),
+        Err(_) => Err(LatheError::invalid(
+            field,
+            format!(
+                "unknown unit {value}; the allowed values are 0 (tokens), 1 (words), 2 (chars)"
+            ),
+        )),
+    }
+}
+
+fn unit_to_proto(unit: Unit) -> proto::ChunkUnit {
+    match unit {
+        Unit::Tokens => proto::ChunkUnit::Tokens,
+        Unit::Words => proto::ChunkUnit::Words,
+        Unit::Chars => proto::ChunkUnit::Chars,
+    }
+}
+
+pub fn chunking_from_proto(
+    options: Option<proto::ChunkingOptions>,
+    field: &str,
+) -> Result<ChunkingSpec> {
+    let Some(proto::ChunkingOptions {
+        strategy,
+        max_tokens,
+        overlap_tokens,
+        unit,
+        separators,
+    }) = options
+    else {
+        return Ok(ChunkingSpec::default());
+    };
+    if let Some(i) = separators.iter().position(String::is_empty) {
+        return Err(LatheError::invalid(
+            format!("{field}.separators[{i}]"),
+            "must not be empty",
+        ));
+    }
+    Ok(ChunkingSpec {
+        strategy: strategy_from_proto(strategy, &format!("{field}.strategy"))?,
+        max_tokens,
+        overlap_tokens,
+        unit: unit_from_proto(unit, &format!("{field}.unit"))?,
+        separators,
+    })
+}
+
+fn chunking_to_proto(spec: &ChunkingSpec) -> proto::ChunkingOptions {
+    let ChunkingSpec {
+        strategy,
+        max_tokens,
+        overlap_tokens,
+        unit,
+        separators,
+    } = spec;
+    proto::ChunkingOptions {
+        strategy: strategy.map_or(proto::ChunkStrategy::Unspecified, strategy_to_proto) as i32,
+        max_tokens: *max_tokens,
+        overlap_tokens: *overlap_tokens,
+        unit: unit_to_proto(*unit) as i32,
+        separators: separators.clone(),
+    }
+}
+
+pub fn settings_from_proto(
+    settings: Option<proto::CollectionSettings>,
+) -> Result<CollectionSettings> {
+    let proto::CollectionSettings {
+        budget_tokenizer,
+        default_chunking,
+        section_tokens,
+    } = settings.unwrap_or_default();
+    Ok(CollectionSettings {
+        budget_tokenizer,
+        default_chunking: chunking_from_proto(default_chunking, "settings.default_chunking")?,
+        section_tokens: section_tokens.unwrap_or(DEFAULT_SECTION_TOKENS),
+    })
+}
+
+impl From<CollectionInfo> for proto::CollectionInfo {
+    fn from(info: CollectionInfo) -> Self {
+        let CollectionInfo {
+            name,
+            settings,
+            stats,
+        } = info;
+        let CollectionStats {
+            documents,
+            sections,
+            bytes,
+            generation,
+        } = stats;
+        proto::CollectionInfo {
+            name,
+            settings: Some(proto::CollectionSettings {
+                budget_tokenizer: settings.budget_tokenizer,
+                default_chunking: Some(chunking_to_proto(&settings.default_chunking)),
+                section_tokens: Some(settings.section_tokens),
+            }),
+            stats: Some(proto::CollectionStats {
+                documents,
+                sections,
+                bytes,
+                generation,
+            }),
+        }
+    }
+}
+
+pub fn document_from_proto(document: proto::Document, index: usize) -> Result<DocumentInput> {
+    let proto::Document {
+        id,
+        title,
+        text,
+        format,
+        metadata,
+        sections,
+    } = document;
+    let format = match proto::DocumentFormat::try_from(format) {
+        Ok(proto::DocumentFormat::Unspecified | proto::DocumentFormat::Plain) => DocumentFormat::Plain,
+        Ok(proto::DocumentFormat::Markdown) => DocumentFormat::Markdown,
+        Ok(proto::DocumentFormat::Html) => DocumentFormat::Html,
+        Err(_) => {
+            return Err(LatheError::invalid(
+                format!("documents[{index}].format"),
+                format!("unknown format {format}; the allowed values are 0 or 1 (plain), 2 (markdown), 3 (html)"),
+            ))
+        }
+    };
+    if let Some(key) = metadata.keys().find(|k| k.is_empty()) {
+        debug_assert!(key.is_empty());
+        return Err(LatheError::invalid(
+            format!("documents[{index}].metadata"),
+            "keys must not be empty",
+        ));
+    }
+    let sections = if sections.is_empty() {
+        None
+    } else {
+        Some(
+            sections
+                .into_iter()
+                .map(
+                    |proto::SectionBoundary { start, end, title }| SectionBoundary {
+                        start,
+                        end,
+                        title,
+                    },
+                )
+                .collect(),
+        )
+    };
+    Ok(DocumentInput {
+        id,
+        title,
+        text,
+        format,
+        metadata: metadata.into_iter().collect::<BTreeMap<_, _>>(),
+        sections,
+    })
+}
+
+pub fn documents_from_proto(documents: Vec<proto::Document>) -> Result<Vec<DocumentInput>> {
+    documents
+        .into_iter()
+        .enumerate()
+        .map(|(i, document)| document_from_proto(document, i))
+        .collect()
+}
+
+impl From<WriteOutcome> for proto::WriteResponse {
+    fn from(outcome: WriteOutcome) -> Self {
+        let WriteOutcome {
+            documents,
+            sections,
+            generation,
+        } = outcome;
+        proto::WriteResponse {
+            documents,
+            sections,
+            generation,
+        }
+    }
+}
+
+/// Whitespace trimmed and collapsed, so that equivalent queries share a cache entry.
+pub fn normalise_query(query: &str) -> String {
+    query.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+pub fn retrieve_query_from_proto(
+    request: proto::RetrieveRequest,
+    default_top_k: u32,
+) -> Result<RetrieveQuery> {
+    let proto::RetrieveRequest {
+        collection,
+        query,
+        top_k,
+        token_budget,
+        chunking,
+        filter,
+        order,
+    } = request;
+    let order = match proto::ResultOrder::try_from(order) {
+        Ok(proto::ResultOrder::Score) => ResultOrder::Score,
+        Ok(proto::ResultOrder::Position) => ResultOrder::Position,
+        Err(_) => {
+            return Err(LatheError::invalid(
+                "order",
+                format!("unknown order {order}; the allowed values are 0 (score), 1 (position)"),
+            ))
+        }
+    };
+    let filter = match filter {
+        None => Filter::default(),
+        Some(proto::Filter { metadata, doc_ids }) => {
+            let mut terms = Vec::with_capacity(metadata.len());
+            for (i, proto::MetadataTerm { key, value }) in metadata.into_iter().enumerate() {
+                if key.is_empty() {
+                    return Err(LatheError::invalid(
+                        format!("filter.metadata[{i}].key"),
+                        "must not be empty",
+                    ));
+                }
+                terms.push((key, value));
+            }
+            terms.sort();
+            terms.dedup();
+            let mut doc_ids = doc_ids;
+            doc_ids.sort();
+            doc_ids.dedup();
+            Filter {
+                metadata: terms,
+                doc_ids,
+            }
+        }
+    };
+    Ok(RetrieveQuery {
+        collection,
+        query: normalise_query(&query),
+        top_k: top_k.unwrap_or(default_top_k),
+        token_budget,
+        chunking: chunking_from_proto(chunking, "chunking")?,
+        filter,
+        order,
+    })
+}
+
+impl From<RetrievedChunk> for proto::RetrievedChunk {
+    fn from(chunk: RetrievedChunk) -> Self {
+        let section_id = chunk.section_id();
+        let RetrievedChunk {
+            doc_id,
+            section_ordinal: _,
+            heading_path,
+            doc_title,
+            text,
+            bytes,
+            chars,
+            token_count,
+            score,
+            parts,
+            strategy,
+            metadata,
+        } = chunk;
+        proto::RetrievedChunk {
+            doc_id,
+            section_id,
+            section_title: heading_path.join(" > "),
+            heading_path,
+            doc_title,
+            text,
+            bytes: Some(proto::Span {
+                start: bytes.start,
+                end: bytes.end,
+            }),
+            chars: Some(proto::Span {
+                start: chars.start,
+                end: chars.end,
+            }),
+            token_count,
+            score,
+            score_parts: Some(proto::ScoreParts {
+                bm25: parts.bm25,
+                section: parts.section,
+                dense: parts.dense,
+            }),
+            strategy: strategy_to_proto(strategy) as i32,
+            metadata: metadata.into_iter().collect(),
+        }
+    }
+}
+
+impl From<RetrieveResult> for proto::RetrieveResponse {
+    fn from(result: RetrieveResult) -> Self {
+        let RetrieveResult {
+            chunks,
+            tokens_used,
+            token_budget,
+            generation,
+            cache_hit,
+            timings,
+            sections_considered,
+            chunks_considered,
+        } = result;
+        proto::RetrieveResponse {
+            chunks: chunks.into_iter().map(Into::into).collect(),
+            tokens_used,
+            token_budget,
+            generation,
+            cache_hit,
+            timings: timings
+                .into_iter()
+                .map(|(stage, micros)| proto::StageTiming {
+                    stage: stage.to_string(),
+                    micros,
+                })
+                .collect(),
+            sections_considered,
+            chunks_considered,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_strategy_names_the_field_and_the_allowed_values() {
+        let error = strategy_from_proto(42, "chunking.strategy").unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains("chunking.strategy")
+                && message.contains("0 (collection default) to 6"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn queries_are_normalised_and_top_k_defaults() {
+        let query = retrieve_query_from_proto(
+            proto::RetrieveRequest {
+                collection: "c".into(),
+                query: "  who   won\tthe game ".into(),
+                token_budget: 10,
+                ..Default::default()
+            },
+            8,
+        )
+        .unwrap();
+        assert_eq!(query.query, "who won the game");
+        assert_eq!(query.top_k, 8);
+    }
+}

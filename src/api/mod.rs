@@ -1,0 +1,106 @@
+//! The gRPC edge: generated proto types, conversions, the status mapping, thin handlers, and the
+//! server with health and reflection. Proto types and tonic stay in this module.
+
+pub mod convert;
+pub mod grpc;
+pub mod status;
+
+#[allow(clippy::all, missing_docs)]
+pub mod proto {
+    tonic::include_proto!("lathe.v1");
+
+    /// Encoded descriptors of `lathe.v1`, served by the reflection service.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("lathe_descriptor");
+}
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+
+use crate::config::Config;
+use crate::error::{LatheError, Result};
+use crate::service::Engine;
+use grpc::GrpcAdapter;
+use proto::lathe_server::LatheServer;
+
+/// Serves Lathe on `listener` until `shutdown` resolves, then drains in-flight requests for up to
+/// `server.drain_timeout_ms`, commits every collection and returns.
+pub async fn serve(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let engine = Arc::new(
+        tokio::task::spawn_blocking({
+            let config = config.clone();
+            move || Engine::open(config)
+        })
+        .await
+        .map_err(|e| LatheError::internal(format!("opening the engine: {e}")))??,
+    );
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| LatheError::internal(format!("building reflection: {e}")))?;
+
+    let limits = &config.limits;
+    let adapter = GrpcAdapter::new(
+        Arc::clone(&engine),
+        config.server.max_concurrent_requests,
+        config.retrieval.default_top_k,
+    );
+    let lathe = LatheServer::new(adapter)
+        .max_decoding_message_size(limits.max_message_bytes)
+        .max_encoding_message_size(limits.max_message_bytes);
+    // Indexes and models are loaded: ready.
+    health_reporter
+        .set_serving::<LatheServer<GrpcAdapter<Engine>>>()
+        .await;
+
+    let address = listener
+        .local_addr()
+        .map_err(|e| LatheError::io("reading the listen address", e))?;
+    tracing::info!(%address, data_dir = %config.storage.data_dir.display(), "lathe serving");
+
+    let drain = Duration::from_millis(config.server.drain_timeout_ms);
+    let (drain_started_tx, drain_started_rx) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutdown requested, draining in-flight requests");
+        let _ = drain_started_tx.send(());
+    };
+    let server = Server::builder()
+        .timeout(Duration::from_millis(config.server.request_timeout_ms))
+        .layer(tower::util::MapResponseLayer::new(
+            status::rewrite_oversized_response,
+        ))
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(lathe)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
+    let drain_deadline = async move {
+        if drain_started_rx.await.is_ok() {
+            tokio::time::sleep(drain).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = server => result.map_err(|e| LatheError::internal(format!("server error: {e}")))?,
+        () = drain_deadline => tracing::warn!(drain_ms = drain.as_millis() as u64, "drain time over, closing with requests in flight"),
+    }
+    health_reporter
+        .set_not_serving::<LatheServer<GrpcAdapter<Engine>>>()
+        .await;
+    tokio::task::spawn_blocking(move || engine.shutdown())
+        .await
+        .map_err(|e| LatheError::internal(format!("closing collections: {e}")))?;
+    tracing::info!("lathe stopped");
+    Ok(())
+}

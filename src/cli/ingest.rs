@@ -1,0 +1,220 @@
+//! `lathe ingest`: files or folders into a collection, streamed over gRPC in batches.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use serde::Deserialize;
+use tonic::Code;
+
+use crate::api::proto;
+
+#[derive(clap::Args, Debug)]
+pub struct IngestArgs {
+    /// Files or folders; folders are walked for .md, .markdown, .html, .htm, .txt and .jsonl.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    #[arg(long, short)]
+    pub collection: String,
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    pub addr: String,
+    /// Budget tokenizer if the collection has to be created.
+    #[arg(long, default_value = "minilm")]
+    pub tokenizer: String,
+    /// Section size in tokens if the collection has to be created.
+    #[arg(long)]
+    pub section_tokens: Option<u32>,
+    /// Documents per streamed message.
+    #[arg(long, default_value_t = 64)]
+    pub batch: usize,
+    /// Treat .txt files and JSONL documents without a format as this format.
+    #[arg(long, value_parser = ["plain", "markdown", "html"], default_value = "plain")]
+    pub default_format: String,
+}
+
+/// One line of a .jsonl file (the layout of the eval datasets' docs.jsonl).
+#[derive(Deserialize)]
+struct JsonDocument {
+    #[serde(alias = "doc_id")]
+    id: String,
+    #[serde(default)]
+    title: String,
+    text: String,
+    #[serde(default)]
+    format: Option<String>,
+    #[serde(default)]
+    metadata: HashMap<String, String>,
+    #[serde(default)]
+    sections: Vec<JsonSection>,
+}
+
+#[derive(Deserialize)]
+struct JsonSection {
+    start: u64,
+    end: u64,
+    #[serde(default)]
+    title: String,
+}
+
+fn format_from_name(name: &str) -> anyhow::Result<proto::DocumentFormat> {
+    Ok(match name {
+        "plain" | "text" | "txt" => proto::DocumentFormat::Plain,
+        "markdown" | "md" => proto::DocumentFormat::Markdown,
+        "html" => proto::DocumentFormat::Html,
+        other => anyhow::bail!("unknown format `{other}`: expected plain, markdown or html"),
+    })
+}
+
+fn documents_from_file(
+    path: &Path,
+    root: &Path,
+    default_format: proto::DocumentFormat,
+) -> anyhow::Result<Vec<proto::Document>> {
+    let extension = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let id = path
+        .strip_prefix(root)
+        .unwrap_or(path)
+        .to_string_lossy()
+        .into_owned();
+    let read =
+        || std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()));
+    let single = |format: proto::DocumentFormat| -> anyhow::Result<Vec<proto::Document>> {
+        let title = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(vec![proto::Document {
+            id: id.clone(),
+            title,
+            text: read()?,
+            format: format as i32,
+            ..Default::default()
+        }])
+    };
+    match extension.as_str() {
+        "md" | "markdown" => single(proto::DocumentFormat::Markdown),
+        "html" | "htm" => single(proto::DocumentFormat::Html),
+        "txt" => single(default_format),
+        "jsonl" => {
+            let text = read()?;
+            let mut documents = Vec::new();
+            for (number, line) in text.lines().enumerate() {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let document: JsonDocument = serde_json::from_str(line).with_context(|| {
+                    format!("{}:{}: not a document", path.display(), number + 1)
+                })?;
+                let format = match &document.format {
+                    Some(name) => format_from_name(name)?,
+                    None => default_format,
+                };
+                documents.push(proto::Document {
+                    id: document.id,
+                    title: document.title,
+                    text: document.text,
+                    format: format as i32,
+                    metadata: document.metadata,
+                    sections: document
+                        .sections
+                        .into_iter()
+                        .map(|s| proto::SectionBoundary {
+                            start: s.start,
+                            end: s.end,
+                            title: s.title,
+                        })
+                        .collect(),
+                });
+            }
+            Ok(documents)
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
+pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
+    let default_format = format_from_name(&args.default_format)?;
+    let mut documents = Vec::new();
+    for root in &args.paths {
+        if root.is_file() {
+            let parent = root.parent().unwrap_or(Path::new(""));
+            documents.extend(documents_from_file(root, parent, default_format)?);
+            continue;
+        }
+        let mut files: Vec<PathBuf> = walkdir::WalkDir::new(root)
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_type().is_file())
+            .map(|entry| entry.into_path())
+            .collect();
+        files.sort();
+        for file in files {
+            documents.extend(documents_from_file(&file, root, default_format)?);
+        }
+    }
+    if documents.is_empty() {
+        anyhow::bail!("no .md, .markdown, .html, .htm, .txt or .jsonl documents found");
+    }
+
+    let mut client = super::connect(&args.addr).await?;
+    let create = proto::CreateCollectionRequest {
+        name: args.collection.clone(),
+        settings: Some(proto::CollectionSettings {
+            budget_tokenizer: args.tokenizer.clone(),
+            default_chunking: None,
+            section_tokens: args.section_tokens,
+        }),
+    };
+    match client.create_collection(create).await {
+        Ok(_) => eprintln!("created collection {}", args.collection),
+        Err(status) if status.code() == Code::AlreadyExists => {}
+        Err(status) => {
+            return Err(anyhow::anyhow!(
+                "creating collection {}: {}",
+                args.collection,
+                status.message()
+            ))
+        }
+    }
+
+    let bytes: usize = documents.iter().map(|d| d.text.len()).sum();
+    let total = documents.len();
+    let started = Instant::now();
+    let collection = args.collection.clone();
+    let batch = args.batch.max(1);
+    let mut messages = Vec::with_capacity(total.div_ceil(batch));
+    let mut documents = documents.into_iter().peekable();
+    while documents.peek().is_some() {
+        let chunk: Vec<proto::Document> = documents.by_ref().take(batch).collect();
+        messages.push(proto::UpsertDocumentsRequest {
+            collection: collection.clone(),
+            documents: chunk,
+            wait: true,
+        });
+    }
+    let response = client
+        .upload_documents(tokio_stream::iter(messages))
+        .await
+        .map_err(|status| {
+            anyhow::anyhow!("upload failed: {:?}: {}", status.code(), status.message())
+        })?
+        .into_inner();
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "ingested {} documents ({} sections, {:.1} MB) into {} in {:.2} s: {:.1} docs/s, {:.2} MB/s; visible at generation {}",
+        response.documents,
+        response.sections,
+        bytes as f64 / 1e6,
+        args.collection,
+        seconds,
+        total as f64 / seconds,
+        bytes as f64 / 1e6 / seconds,
+        response.generation
+    );
+    Ok(())
+}

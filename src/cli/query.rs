@@ -1,0 +1,147 @@
+//! `lathe query`: one retrieve request, printed with scores and offsets.
+
+use crate::api::proto;
+
+#[derive(clap::Args, Debug)]
+pub struct QueryArgs {
+    /// The question.
+    pub query: String,
+    #[arg(long, short)]
+    pub collection: String,
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    pub addr: String,
+    /// LLM token budget for the returned text.
+    #[arg(long, short, default_value_t = 512)]
+    pub budget: u32,
+    #[arg(long)]
+    pub top_k: Option<u32>,
+    /// fixed, sentence, recursive, structure, auto or semantic (default: the collection's).
+    #[arg(long)]
+    pub strategy: Option<String>,
+    #[arg(long)]
+    pub max_tokens: Option<u32>,
+    #[arg(long)]
+    pub overlap: Option<u32>,
+    /// Unit of the fixed strategy: tokens, words or chars.
+    #[arg(long, default_value = "tokens")]
+    pub unit: String,
+    /// Order of results: score or position.
+    #[arg(long, default_value = "score")]
+    pub order: String,
+    /// Only documents with this metadata (key=value, repeatable).
+    #[arg(long = "filter", value_name = "KEY=VALUE")]
+    pub filters: Vec<String>,
+    /// Print the response as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn query(args: QueryArgs) -> anyhow::Result<()> {
+    let strategy = match args.strategy.as_deref() {
+        None => proto::ChunkStrategy::Unspecified,
+        Some(name) => proto::ChunkStrategy::from_str_name(&format!("CHUNK_STRATEGY_{}", name.to_ascii_uppercase()))
+            .ok_or_else(|| anyhow::anyhow!("unknown strategy `{name}`: expected fixed, sentence, recursive, structure, auto or semantic"))?,
+    };
+    let unit =
+        proto::ChunkUnit::from_str_name(&format!("CHUNK_UNIT_{}", args.unit.to_ascii_uppercase()))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "unknown unit `{}`: expected tokens, words or chars",
+                    args.unit
+                )
+            })?;
+    let order = match args.order.as_str() {
+        "score" => proto::ResultOrder::Score,
+        "position" => proto::ResultOrder::Position,
+        other => anyhow::bail!("unknown order `{other}`: expected score or position"),
+    };
+    let mut metadata = Vec::new();
+    for filter in &args.filters {
+        let (key, value) = filter
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("filter `{filter}` must be KEY=VALUE"))?;
+        metadata.push(proto::MetadataTerm {
+            key: key.to_string(),
+            value: value.to_string(),
+        });
+    }
+    let request = proto::RetrieveRequest {
+        collection: args.collection.clone(),
+        query: args.query.clone(),
+        top_k: args.top_k,
+        token_budget: args.budget,
+        chunking: Some(proto::ChunkingOptions {
+            strategy: strategy as i32,
+            max_tokens: args.max_tokens,
+            overlap_tokens: args.overlap,
+            unit: unit as i32,
+            separators: Vec::new(),
+        }),
+        filter: Some(proto::Filter {
+            metadata,
+            doc_ids: Vec::new(),
+        }),
+        order: order as i32,
+    };
+    let mut client = super::connect(&args.addr).await?;
+    let response = client
+        .retrieve(request)
+        .await
+        .map_err(|status| anyhow::anyhow!("{:?}: {}", status.code(), status.message()))?
+        .into_inner();
+    if args.json {
+        let chunks: Vec<serde_json::Value> = response
+            .chunks
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "doc_id": c.doc_id, "section_id": c.section_id, "section_title": c.section_title,
+                    "text": c.text, "bytes": c.bytes.map(|s| [s.start, s.end]), "chars": c.chars.map(|s| [s.start, s.end]),
+                    "tokens": c.token_count, "score": c.score,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"chunks": chunks, "tokens_used": response.tokens_used, "cache_hit": response.cache_hit})
+        );
+        return Ok(());
+    }
+    for (rank, chunk) in response.chunks.iter().enumerate() {
+        let bytes = chunk.bytes.unwrap_or_default();
+        let chars = chunk.chars.unwrap_or_default();
+        let parts = chunk.score_parts.unwrap_or_default();
+        println!(
+            "#{} {} [{}] score {:.3} (bm25 {:.2}, section {:.2}, dense {:.2}) · {} tokens · bytes {}..{} · chars {}..{} · {}",
+            rank + 1,
+            chunk.section_id,
+            chunk.section_title,
+            chunk.score,
+            parts.bm25,
+            parts.section,
+            parts.dense,
+            chunk.token_count,
+            bytes.start,
+            bytes.end,
+            chars.start,
+            chars.end,
+            proto::ChunkStrategy::try_from(chunk.strategy).map_or("?", |s| s.as_str_name()),
+        );
+        println!("{}\n", chunk.text.trim());
+    }
+    let timings: Vec<String> = response
+        .timings
+        .iter()
+        .map(|t| format!("{} {} µs", t.stage, t.micros))
+        .collect();
+    println!(
+        "{} chunks, {} / {} tokens, generation {}, cache {}; {}",
+        response.chunks.len(),
+        response.tokens_used,
+        response.token_budget,
+        response.generation,
+        if response.cache_hit { "hit" } else { "miss" },
+        timings.join(", ")
+    );
+    Ok(())
+}

@@ -1,0 +1,374 @@
+//! Server configuration: built-in defaults, then a TOML file, then `LATHE_`-prefixed environment
+//! variables (`LATHE_SERVER__LISTEN=0.0.0.0:50051`, sections split by `__`), then command-line
+//! flags. Unknown keys are rejected with the key's name. `deploy/lathe.toml` documents every key
+//! and holds exactly the built-in defaults (a unit test keeps the two equal).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+/// The documented default configuration, embedded in the binary.
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("../deploy/lathe.toml");
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub models: ModelsConfig,
+    pub limits: LimitsConfig,
+    pub retrieval: RetrievalConfig,
+    pub cache: CacheConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// gRPC listen address.
+    pub listen: SocketAddr,
+    /// Threads of the bounded CPU pool for search, chunking and inference (0 = one per core).
+    pub cpu_threads: usize,
+    /// Requests served at once; more are shed with RESOURCE_EXHAUSTED.
+    pub max_concurrent_requests: usize,
+    /// Deadline for one request when the client sets none (milliseconds).
+    pub request_timeout_ms: u64,
+    /// Time given to in-flight requests after SIGTERM (milliseconds).
+    pub drain_timeout_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// One folder per collection lives under it.
+    pub data_dir: PathBuf,
+    /// Writes without `wait` are committed (made durable and visible) within this interval.
+    pub commit_interval_ms: u64,
+    /// Memory budget of each collection's tantivy writer, in bytes.
+    pub writer_memory_bytes: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelsConfig {
+    /// Folder laid out by `scripts/fetch-models.sh`.
+    pub dir: PathBuf,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest gRPC message accepted or sent, in bytes.
+    pub max_message_bytes: usize,
+    pub max_top_k: u32,
+    pub max_token_budget: u32,
+    /// Largest document text, in bytes.
+    pub max_document_bytes: usize,
+    /// Largest query text, in bytes.
+    pub max_query_bytes: usize,
+    /// Largest chunk size a request may ask for, in tokens.
+    pub max_chunk_tokens: u32,
+    /// Most documents in one upsert batch.
+    pub max_batch_documents: usize,
+    /// Most sections one document may produce.
+    pub max_sections_per_document: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrievalConfig {
+    /// Sections retrieved when a request gives no top_k.
+    pub default_top_k: u32,
+    /// Chunk size when neither request nor collection gives one, in tokens.
+    pub default_chunk_tokens: u32,
+    /// Weight of the section's (normalised) score in a chunk's score.
+    pub section_weight: f32,
+    /// Weight of the chunk's own normalised BM25.
+    pub bm25_weight: f32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Result cache: whole answers keyed by request and index generation (bytes).
+    pub result_bytes: u64,
+    /// Section cache: token offsets and term positions keyed by content hash (bytes).
+    pub section_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: LogFormat,
+    /// An `EnvFilter` directive, e.g. `info` or `lathe=debug,tantivy=warn`.
+    pub filter: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            server: ServerConfig::default(),
+            storage: StorageConfig::default(),
+            models: ModelsConfig::default(),
+            limits: LimitsConfig::default(),
+            retrieval: RetrievalConfig::default(),
+            cache: CacheConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            cpu_threads: 0,
+            max_concurrent_requests: 256,
+            request_timeout_ms: 30_000,
+            drain_timeout_ms: 20_000,
+        }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./data"),
+            commit_interval_ms: 1_000,
+            writer_memory_bytes: 64 << 20,
+        }
+    }
+}
+
+impl Default for ModelsConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("./models"),
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: 64 << 20,
+            max_top_k: 100,
+            max_token_budget: 32_768,
+            max_document_bytes: 16 << 20,
+            max_query_bytes: 16 << 10,
+            max_chunk_tokens: 8_192,
+            max_batch_documents: 10_000,
+            max_sections_per_document: 50_000,
+        }
+    }
+}
+
+impl Default for RetrievalConfig {
+    fn default() -> Self {
+        Self {
+            default_top_k: 8,
+            default_chunk_tokens: 128,
+            section_weight: 0.5,
+            bm25_weight: 1.0,
+        }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            result_bytes: 64 << 20,
+            section_bytes: 256 << 20,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            filter: "info".to_string(),
+        }
+    }
+}
+
+/// Values given on the command line; they override the file and the environment.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigOverrides {
+    pub listen: Option<SocketAddr>,
+    pub data_dir: Option<PathBuf>,
+    pub models_dir: Option<PathBuf>,
+    pub log_format: Option<LogFormat>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("configuration: {0}")]
+pub struct ConfigError(String);
+
+impl Config {
+    /// Defaults, then `file` (when given), then `LATHE_*` variables, then `overrides`.
+    pub fn load(file: Option<&Path>, overrides: &ConfigOverrides) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError(format!(
+                    "file {} does not exist",
+                    path.display()
+                )));
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        figment = figment.merge(Env::prefixed("LATHE_").split("__"));
+        if let Some(listen) = overrides.listen {
+            figment = figment.merge(Serialized::default("server.listen", listen));
+        }
+        if let Some(data_dir) = &overrides.data_dir {
+            figment = figment.merge(Serialized::default("storage.data_dir", data_dir));
+        }
+        if let Some(models_dir) = &overrides.models_dir {
+            figment = figment.merge(Serialized::default("models.dir", models_dir));
+        }
+        if let Some(format) = overrides.log_format {
+            figment = figment.merge(Serialized::default("log.format", format));
+        }
+        let config: Config = figment
+            .extract()
+            .map_err(|error| ConfigError(error.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses a TOML document on top of the defaults (no environment, no flags).
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let config: Config = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::string(text))
+            .extract()
+            .map_err(|error| ConfigError(error.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let check = |ok: bool, message: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError(message.to_string()))
+            }
+        };
+        check(
+            self.server.max_concurrent_requests >= 1,
+            "server.max_concurrent_requests must be at least 1",
+        )?;
+        check(
+            self.server.request_timeout_ms >= 1,
+            "server.request_timeout_ms must be at least 1",
+        )?;
+        check(
+            self.storage.commit_interval_ms >= 1,
+            "storage.commit_interval_ms must be at least 1",
+        )?;
+        check(
+            self.storage.writer_memory_bytes >= 15 << 20,
+            "storage.writer_memory_bytes must be at least 15 MiB (tantivy's minimum)",
+        )?;
+        check(
+            self.limits.max_message_bytes >= 1024,
+            "limits.max_message_bytes must be at least 1024",
+        )?;
+        check(
+            self.limits.max_top_k >= 1,
+            "limits.max_top_k must be at least 1",
+        )?;
+        check(
+            self.limits.max_token_budget >= 1,
+            "limits.max_token_budget must be at least 1",
+        )?;
+        check(
+            self.limits.max_chunk_tokens >= 1,
+            "limits.max_chunk_tokens must be at least 1",
+        )?;
+        check(
+            self.limits.max_batch_documents >= 1,
+            "limits.max_batch_documents must be at least 1",
+        )?;
+        check(
+            self.limits.max_sections_per_document >= 1,
+            "limits.max_sections_per_document must be at least 1",
+        )?;
+        check(
+            (1..=self.limits.max_top_k).contains(&self.retrieval.default_top_k),
+            "retrieval.default_top_k must be in 1..=limits.max_top_k",
+        )?;
+        check(
+            (1..=self.limits.max_chunk_tokens).contains(&self.retrieval.default_chunk_tokens),
+            "retrieval.default_chunk_tokens must be in 1..=limits.max_chunk_tokens",
+        )?;
+        check(
+            self.retrieval.section_weight >= 0.0 && self.retrieval.bm25_weight >= 0.0,
+            "retrieval weights must not be negative",
+        )?;
+        Ok(())
+    }
+
+    pub fn cpu_threads(&self) -> usize {
+        if self.server.cpu_threads > 0 {
+            return self.server.cpu_threads;
+        }
+        std::thread::available_parallelism().map_or(2, |n| n.get())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_default_file_is_exactly_the_built_in_default() {
+        let parsed = Config::from_toml(DEFAULT_CONFIG_TOML).expect("deploy/lathe.toml must load");
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_by_name() {
+        let error = Config::from_toml("[server]\nlisten_addr = \"0.0.0.0:1\"\n").unwrap_err();
+        assert!(error.to_string().contains("listen_addr"), "{error}");
+    }
+
+    #[test]
+    fn invalid_values_are_rejected_with_the_key() {
+        let error = Config::from_toml("[limits]\nmax_top_k = 0\n").unwrap_err();
+        assert!(error.to_string().contains("limits.max_top_k"), "{error}");
+    }
+
+    #[test]
+    fn environment_overrides_the_file_and_flags_override_the_environment() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "lathe.toml",
+                "[storage]\ndata_dir = \"/from/file\"\n[limits]\nmax_top_k = 50\n",
+            )?;
+            jail.set_env("LATHE_LIMITS__MAX_TOP_K", "20");
+            jail.set_env("LATHE_STORAGE__DATA_DIR", "/from/env");
+            let overrides = ConfigOverrides {
+                data_dir: Some(PathBuf::from("/from/flag")),
+                ..ConfigOverrides::default()
+            };
+            let config = Config::load(Some(Path::new("lathe.toml")), &overrides).expect("loads");
+            assert_eq!(config.limits.max_top_k, 20);
+            assert_eq!(config.storage.data_dir, PathBuf::from("/from/flag"));
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,535 @@
+//! One collection's coarse index: a tantivy index on disk, a single writer thread that applies
+//! writes in order and commits them in groups, and an atomically swapped read snapshot.
+//!
+//! Atomicity: an upsert deletes the document's sections and adds the new ones between two commits,
+//! and a batch is never split by a commit, so a query sees either the old or the new version of a
+//! document, never a mix. Durability: a `wait` write is answered only after tantivy's commit (which
+//! fsyncs the segment files and atomically replaces meta.json) and after the reader reloaded.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tantivy::collector::{Count, TopDocs};
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
+use tantivy::schema::{IndexRecordOption, Value};
+use tantivy::{
+    DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term,
+};
+use tokio::sync::oneshot;
+
+use super::schema::{self, SectionFields, HEADING_SEPARATOR, METADATA_SEPARATOR};
+use crate::error::{LatheError, Result};
+use crate::types::{CollectionStats, Filter};
+
+/// A consistent view of the index: the searcher and the generation it shows. Queries take one
+/// snapshot and use it for every stage and for their cache key.
+pub struct Snapshot {
+    pub searcher: Searcher,
+    pub generation: u64,
+}
+
+/// One section ready to be indexed.
+#[derive(Clone, Debug)]
+pub struct SectionRecord {
+    pub ordinal: u64,
+    pub heading_path: Vec<String>,
+    pub text: String,
+    pub byte_start: u64,
+    pub char_start: u64,
+}
+
+/// One document's sections, all from one version.
+#[derive(Clone, Debug)]
+pub struct DocumentRecord {
+    pub doc_id: String,
+    pub title: String,
+    pub metadata: BTreeMap<String, String>,
+    pub text_bytes: u64,
+    pub version: u64,
+    pub sections: Vec<SectionRecord>,
+}
+
+#[derive(Clone, Debug)]
+pub enum WriteOp {
+    Upsert(DocumentRecord),
+    Delete { doc_id: String },
+}
+
+/// A section found by the coarse search, with what re-chunking needs.
+#[derive(Clone, Debug)]
+pub struct SectionHit {
+    pub score: f32,
+    pub doc_id: String,
+    pub ordinal: u64,
+    pub version: u64,
+    pub doc_title: String,
+    pub heading_path: Vec<String>,
+    pub text: String,
+    pub byte_start: u64,
+    pub char_start: u64,
+    pub metadata: BTreeMap<String, String>,
+}
+
+enum WriterCommand {
+    Apply {
+        ops: Vec<WriteOp>,
+        /// `Some` for a `wait` write: answered with the generation once durable and visible.
+        done: Option<oneshot::Sender<Result<u64>>>,
+    },
+    Shutdown,
+}
+
+pub struct CollectionIndex {
+    index: Index,
+    fields: SectionFields,
+    snapshot: Arc<RwLock<Arc<Snapshot>>>,
+    commands: mpsc::Sender<WriterCommand>,
+    writer_thread: std::sync::Mutex<Option<JoinHandle<()>>>,
+    path: PathBuf,
+}
+
+impl CollectionIndex {
+    /// Opens the index in `path`, creating it when absent.
+    pub fn open_or_create(
+        path: &Path,
+        writer_memory_bytes: usize,
+        commit_interval: Duration,
+    ) -> Result<Self> {
+        let (schema, fields) = schema::build_schema();
+        std::fs::create_dir_all(path)
+            .map_err(|e| LatheError::io(format!("creating {}", path.display()), e))?;
+        let directory = tantivy::directory::MmapDirectory::open(path)
+            .map_err(|e| LatheError::internal(format!("opening {}: {e}", path.display())))?;
+        let index = Index::open_or_create(directory, schema)?;
+        schema::register_analyzer(&index);
+        let reader: IndexReader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        let generation = index.load_metas()?.opstamp;
+        let snapshot = Arc::new(RwLock::new(Arc::new(Snapshot {
+            searcher: reader.searcher(),
+            generation,
+        })));
+        let writer: IndexWriter = index.writer(writer_memory_bytes)?;
+        let (commands, receiver) = mpsc::channel();
+        let thread_snapshot = Arc::clone(&snapshot);
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let writer_thread = std::thread::Builder::new()
+            .name(format!("lathe-writer-{name}"))
+            .spawn(move || {
+                WriterLoop {
+                    writer,
+                    reader,
+                    fields,
+                    snapshot: thread_snapshot,
+                    commit_interval,
+                }
+                .run(receiver)
+            })
+            .map_err(|e| LatheError::io("spawning the index writer thread", e))?;
+        Ok(Self {
+            index,
+            fields,
+            snapshot,
+            commands,
+            writer_thread: std::sync::Mutex::new(Some(writer_thread)),
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        // A poisoned lock only means a writer panicked mid-swap; the Arc inside is still whole.
+        let guard = self
+            .snapshot
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Arc::clone(&guard)
+    }
+
+    /// Hands `ops` to the writer. Returns a receiver for the visible generation when `wait`.
+    pub fn write(
+        &self,
+        ops: Vec<WriteOp>,
+        wait: bool,
+    ) -> Result<Option<oneshot::Receiver<Result<u64>>>> {
+        let (done, receiver) = if wait {
+            let (sender, receiver) = oneshot::channel();
+            (Some(sender), Some(receiver))
+        } else {
+            (None, None)
+        };
+        self.commands
+            .send(WriterCommand::Apply { ops, done })
+            .map_err(|_| LatheError::Unavailable("the collection's writer has stopped".into()))?;
+        Ok(receiver)
+    }
+
+    /// Stops the writer after committing what it holds.
+    pub fn shutdown(&self) {
+        let _ = self.commands.send(WriterCommand::Shutdown);
+        let handle = self
+            .writer_thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
+    }
+
+    /// Analysed terms of `text`, deduplicated, in first-seen order.
+    pub fn query_terms(&self, text: &str) -> Vec<String> {
+        let mut analyzer = schema::analyzer();
+        let mut stream = analyzer.token_stream(text);
+        let mut seen = HashSet::new();
+        let mut terms = Vec::new();
+        while stream.advance() {
+            let term = &stream.token().text;
+            if seen.insert(term.clone()) {
+                terms.push(term.clone());
+            }
+        }
+        terms
+    }
+
+    /// BM25 over section text and titles for `terms`, restricted by `filter`; best `limit` first.
+    pub fn search(
+        &self,
+        snapshot: &Snapshot,
+        terms: &[String],
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<Vec<SectionHit>> {
+        if terms.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let fields = &self.fields;
+        let mut should: Vec<(Occur, Box<dyn Query>)> = Vec::with_capacity(terms.len() * 2);
+        for term in terms {
+            for field in [fields.text, fields.title_text] {
+                let term = Term::from_field_text(field, term);
+                should.push((
+                    Occur::Should,
+                    Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs)),
+                ));
+            }
+        }
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
+            vec![(Occur::Must, Box::new(BooleanQuery::new(should)))];
+        for (key, value) in &filter.metadata {
+            let term = Term::from_field_text(fields.metadata_terms, &metadata_term(key, value));
+            clauses.push((
+                Occur::Must,
+                constant_zero(TermQuery::new(term, IndexRecordOption::Basic)),
+            ));
+        }
+        if !filter.doc_ids.is_empty() {
+            let ids: Vec<(Occur, Box<dyn Query>)> = filter
+                .doc_ids
+                .iter()
+                .map(|id| {
+                    let term = Term::from_field_text(fields.doc_id, id);
+                    (
+                        Occur::Should,
+                        Box::new(TermQuery::new(term, IndexRecordOption::Basic)) as Box<dyn Query>,
+                    )
+                })
+                .collect();
+            clauses.push((Occur::Must, constant_zero(BooleanQuery::new(ids))));
+        }
+        let query = BooleanQuery::new(clauses);
+        let top = snapshot
+            .searcher
+            .search(&query, &TopDocs::with_limit(limit).order_by_score())?;
+        top.into_iter()
+            .map(|(score, address)| self.load_hit(&snapshot.searcher, score, address))
+            .collect()
+    }
+
+    fn load_hit(&self, searcher: &Searcher, score: f32, address: DocAddress) -> Result<SectionHit> {
+        let fields = &self.fields;
+        let doc: TantivyDocument = searcher.doc(address)?;
+        let text_of = |field| {
+            doc.get_first(field)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let u64_of = |field| {
+            doc.get_first(field)
+                .and_then(|v| v.as_u64())
+                .unwrap_or_default()
+        };
+        let heading_path = text_of(fields.heading_path);
+        let metadata_json = text_of(fields.metadata_json);
+        Ok(SectionHit {
+            score,
+            doc_id: text_of(fields.doc_id),
+            ordinal: u64_of(fields.ordinal),
+            version: u64_of(fields.version),
+            doc_title: text_of(fields.doc_title),
+            heading_path: if heading_path.is_empty() {
+                Vec::new()
+            } else {
+                heading_path
+                    .split(HEADING_SEPARATOR)
+                    .map(str::to_string)
+                    .collect()
+            },
+            text: text_of(fields.text),
+            byte_start: u64_of(fields.byte_start),
+            char_start: u64_of(fields.char_start),
+            metadata: serde_json::from_str(&metadata_json).unwrap_or_default(),
+        })
+    }
+
+    /// `ln(1 + (N - n + 0.5) / (n + 0.5))` of each term over section text, as tantivy's BM25 has it.
+    pub fn idf(&self, snapshot: &Snapshot, terms: &[String]) -> Result<Vec<f32>> {
+        let total = snapshot.searcher.num_docs() as f32;
+        terms
+            .iter()
+            .map(|term| {
+                let n = snapshot
+                    .searcher
+                    .doc_freq(&Term::from_field_text(self.fields.text, term))?
+                    as f32;
+                Ok((1.0 + (total - n + 0.5) / (n + 0.5)).ln())
+            })
+            .collect()
+    }
+
+    pub fn stats(&self) -> Result<CollectionStats> {
+        let snapshot = self.snapshot();
+        let searcher = &snapshot.searcher;
+        let head = TermQuery::new(
+            Term::from_field_u64(self.fields.head, 1),
+            IndexRecordOption::Basic,
+        );
+        let documents = searcher.search(&head, &Count)? as u64;
+        let mut bytes = 0u64;
+        for segment in searcher.segment_readers() {
+            let column = segment.fast_fields().u64("doc_bytes")?;
+            for doc in segment.doc_ids_alive() {
+                bytes += column.first(doc).unwrap_or(0);
+            }
+        }
+        Ok(CollectionStats {
+            documents,
+            sections: searcher.num_docs(),
+            bytes,
+            generation: snapshot.generation,
+        })
+    }
+
+    /// Every live section of `doc_id` as (ordinal, version), for consistency checks.
+    pub fn document_sections(&self, doc_id: &str) -> Result<Vec<(u64, u64)>> {
+        let snapshot = self.snapshot();
+        let query = TermQuery::new(
+            Term::from_field_text(self.fields.doc_id, doc_id),
+            IndexRecordOption::Basic,
+        );
+        let hits = snapshot
+            .searcher
+            .search(&query, &TopDocs::with_limit(1_000_000).order_by_score())?;
+        let mut sections = Vec::with_capacity(hits.len());
+        for (_, address) in hits {
+            let doc: TantivyDocument = snapshot.searcher.doc(address)?;
+            let ordinal = doc
+                .get_first(self.fields.ordinal)
+                .and_then(|v| v.as_u64())
+                .unwrap_or_default();
+            let version = doc
+                .get_first(self.fields.version)
+                .and_then(|v| v.as_u64())
+                .unwrap_or_default();
+            sections.push((ordinal, version));
+        }
+        sections.sort_unstable();
+        Ok(sections)
+    }
+
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+}
+
+impl Drop for CollectionIndex {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+pub fn metadata_term(key: &str, value: &str) -> String {
+    format!("{key}{METADATA_SEPARATOR}{value}")
+}
+
+fn constant_zero(query: impl Query) -> Box<dyn Query> {
+    Box::new(ConstScoreQuery::new(Box::new(query), 0.0))
+}
+
+struct WriterLoop {
+    writer: IndexWriter,
+    reader: IndexReader,
+    fields: SectionFields,
+    snapshot: Arc<RwLock<Arc<Snapshot>>>,
+    commit_interval: Duration,
+}
+
+impl WriterLoop {
+    fn run(mut self, receiver: mpsc::Receiver<WriterCommand>) {
+        let mut waiters: Vec<oneshot::Sender<Result<u64>>> = Vec::new();
+        // When the oldest uncommitted write was applied.
+        let mut dirty_since: Option<Instant> = None;
+        loop {
+            let command = match dirty_since {
+                Some(since) => {
+                    let remaining = self.commit_interval.saturating_sub(since.elapsed());
+                    receiver.recv_timeout(remaining)
+                }
+                None => receiver.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            let shutdown = match command {
+                Ok(WriterCommand::Apply { ops, done }) => {
+                    self.apply(ops, done, &mut waiters, &mut dirty_since);
+                    // Group commit: take whatever else is already queued before committing.
+                    let mut shutdown = false;
+                    while let Ok(command) = receiver.try_recv() {
+                        match command {
+                            WriterCommand::Apply { ops, done } => {
+                                self.apply(ops, done, &mut waiters, &mut dirty_since)
+                            }
+                            WriterCommand::Shutdown => shutdown = true,
+                        }
+                    }
+                    shutdown
+                }
+                Ok(WriterCommand::Shutdown) | Err(RecvTimeoutError::Disconnected) => true,
+                Err(RecvTimeoutError::Timeout) => false,
+            };
+            let interval_passed =
+                dirty_since.is_some_and(|since| since.elapsed() >= self.commit_interval);
+            if !waiters.is_empty() || interval_passed || (shutdown && dirty_since.is_some()) {
+                self.commit(&mut waiters);
+                dirty_since = None;
+            }
+            if shutdown {
+                return;
+            }
+        }
+    }
+
+    fn apply(
+        &mut self,
+        ops: Vec<WriteOp>,
+        done: Option<oneshot::Sender<Result<u64>>>,
+        waiters: &mut Vec<oneshot::Sender<Result<u64>>>,
+        dirty_since: &mut Option<Instant>,
+    ) {
+        let result = ops.into_iter().try_for_each(|op| self.apply_one(op));
+        dirty_since.get_or_insert_with(Instant::now);
+        match (result, done) {
+            (Ok(()), Some(done)) => waiters.push(done),
+            (Ok(()), None) => {}
+            (Err(error), done) => {
+                tracing::error!(%error, "applying a write failed, rolling back uncommitted writes");
+                // Roll back so that no half-applied batch can be committed later.
+                if let Err(rollback_error) = self.writer.rollback() {
+                    tracing::error!(%rollback_error, "rollback failed");
+                }
+                *dirty_since = None;
+                for waiter in waiters.drain(..) {
+                    let _ = waiter.send(Err(LatheError::Unavailable(format!(
+                        "write rolled back: {error}"
+                    ))));
+                }
+                if let Some(done) = done {
+                    let _ = done.send(Err(error));
+                }
+            }
+        }
+    }
+
+    fn apply_one(&mut self, op: WriteOp) -> Result<()> {
+        let fields = self.fields;
+        match op {
+            WriteOp::Delete { doc_id } => {
+                self.writer
+                    .delete_term(Term::from_field_text(fields.doc_id, &doc_id));
+            }
+            WriteOp::Upsert(document) => {
+                self.writer
+                    .delete_term(Term::from_field_text(fields.doc_id, &document.doc_id));
+                let metadata_json = serde_json::to_string(&document.metadata)
+                    .map_err(|e| LatheError::internal(format!("serialising metadata: {e}")))?;
+                let title_prefix = document.title.clone();
+                for section in document.sections {
+                    let mut doc = TantivyDocument::default();
+                    doc.add_text(fields.doc_id, &document.doc_id);
+                    doc.add_u64(fields.ordinal, section.ordinal);
+                    doc.add_u64(fields.version, document.version);
+                    if section.ordinal == 0 {
+                        doc.add_u64(fields.head, 1);
+                        doc.add_u64(fields.doc_bytes, document.text_bytes);
+                    }
+                    doc.add_text(fields.doc_title, &document.title);
+                    let heading = section.heading_path.join(&HEADING_SEPARATOR.to_string());
+                    doc.add_text(fields.heading_path, &heading);
+                    doc.add_text(
+                        fields.title_text,
+                        format!("{title_prefix} {}", section.heading_path.join(" ")),
+                    );
+                    doc.add_text(fields.text, &section.text);
+                    doc.add_u64(fields.byte_start, section.byte_start);
+                    doc.add_u64(fields.char_start, section.char_start);
+                    for (key, value) in &document.metadata {
+                        doc.add_text(fields.metadata_terms, metadata_term(key, value));
+                    }
+                    doc.add_text(fields.metadata_json, &metadata_json);
+                    self.writer.add_document(doc)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, waiters: &mut Vec<oneshot::Sender<Result<u64>>>) {
+        let result = self
+            .writer
+            .commit()
+            .map_err(LatheError::from)
+            .and_then(|opstamp| {
+                self.reader.reload()?;
+                let snapshot = Arc::new(Snapshot {
+                    searcher: self.reader.searcher(),
+                    generation: opstamp,
+                });
+                *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = snapshot;
+                Ok(opstamp)
+            });
+        match &result {
+            Ok(generation) => tracing::debug!(generation, waiters = waiters.len(), "committed"),
+            Err(error) => {
+                tracing::error!(%error, "commit failed, rolling back");
+                let _ = self.writer.rollback();
+            }
+        }
+        for waiter in waiters.drain(..) {
+            let _ = waiter.send(match &result {
+                Ok(generation) => Ok(*generation),
+                Err(error) => Err(LatheError::Unavailable(format!("commit failed: {error}"))),
+            });
+        }
+    }
+}

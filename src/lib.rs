@@ -1,0 +1,31 @@
+//! Lathe: a gRPC retrieval server for RAG that indexes whole sections and chunks at query time.
+//!
+//! A query retrieves the top-k sections (BM25 over tantivy), re-chunks only those on the fly,
+//! scores the fine chunks, and packs the best into the caller's token budget with exact byte and
+//! code-point offsets. Because chunks are cut at query time, a write never leaves stale chunks
+//! behind and each caller gets chunks sized for its own model and budget.
+//!
+//! # Layout
+//! - [`api`]: the gRPC edge (proto types, conversions, status mapping, handlers, server).
+//! - [`service`]: `LatheApi`, what Lathe does, and `Engine`, which runs the pipeline in order.
+//! - [`pipeline`]: the retrieve stages: coarse → analyze → rechunk → score → pack.
+//! - [`index`]: collections on disk; tantivy indexes of sections; the writer and snapshots.
+//! - [`sections`]: ingest-time splitting of documents into sections by structure.
+//! - [`chunk`]: query-time chunking strategies over token offsets.
+//! - Leaves usable by any layer: [`tokens`], [`tokenizer`], [`cache`], [`cpu_pool`], [`config`],
+//!   [`error`], [`types`].
+
+pub mod api;
+pub mod cache;
+pub mod chunk;
+pub mod cli;
+pub mod config;
+pub mod cpu_pool;
+pub mod error;
+pub mod index;
+pub mod pipeline;
+pub mod sections;
+pub mod service;
+pub mod tokenizer;
+pub mod tokens;
+pub mod types;

@@ -1,0 +1,95 @@
+//! The `lathe` binary: `serve`, `ingest` and `query`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use lathe::cli;
+use lathe::config::{Config, ConfigOverrides, LogFormat};
+
+#[derive(Parser)]
+#[command(
+    name = "lathe",
+    version,
+    about = "A gRPC retrieval server for RAG that chunks at query time"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (defaults: 127.0.0.1:50051, ./data, ./models).
+    Serve {
+        /// TOML configuration file (every key documented in deploy/lathe.toml).
+        #[arg(long, env = "LATHE_CONFIG")]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        models_dir: Option<PathBuf>,
+        /// `text` or `json`.
+        #[arg(long, value_parser = parse_log_format)]
+        log_format: Option<LogFormat>,
+    },
+    /// Ingest files or folders (.md, .markdown, .html, .htm, .txt, .jsonl) into a collection.
+    Ingest(cli::IngestArgs),
+    /// Retrieve chunks for a question and print them with scores and offsets.
+    Query(cli::QueryArgs),
+}
+
+fn parse_log_format(value: &str) -> Result<LogFormat, String> {
+    match value {
+        "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        other => Err(format!("`{other}`: expected `text` or `json`")),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("lathe: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Serve {
+                config,
+                listen,
+                data_dir,
+                models_dir,
+                log_format,
+            } => {
+                let overrides = ConfigOverrides {
+                    listen,
+                    data_dir,
+                    models_dir,
+                    log_format,
+                };
+                let config = Config::load(config.as_deref(), &overrides)?;
+                cli::init_tracing(&config.log);
+                cli::serve(config).await
+            }
+            Command::Ingest(args) => cli::ingest(args).await,
+            Command::Query(args) => cli::query(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("lathe: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Stage 4: score fine chunks. Each signal is computed per chunk, normalised over the candidates of
+//! this query, and fused linearly with weights from config; the neural stage adds `dense`.
+
+use std::sync::Arc;
+
+use super::Candidate;
+use crate::cache::SectionAnalysis;
+use crate::index::SectionHit;
+
+const BM25_K1: f32 = 1.2;
+const BM25_B: f32 = 0.75;
+
+/// Analysed query terms and their inverse document frequencies over the collection's sections.
+#[derive(Clone, Debug, Default)]
+pub struct QueryTerms {
+    pub hashes: Vec<u64>,
+    pub idf: Vec<f32>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Weights {
+    pub bm25: f32,
+    pub section: f32,
+}
+
+/// Scores `candidates` in place and sorts them best first (ties by position, for determinism).
+pub fn score(
+    candidates: &mut [Candidate],
+    hits: &[crate::index::SectionHit],
+    analyses: &[Arc<SectionAnalysis>],
+    query: &QueryTerms,
+    weights: Weights,
+) {
+    if candidates.is_empty() {
+        return;
+    }
+    let lengths = chunk_lengths(candidates, analyses);
+    let average_length =
+        (lengths.iter().map(|&l| l as f32).sum::<f32>() / lengths.len() as f32).max(1.0);
+    let max_section_score = hits.iter().map(|hit| hit.score).fold(0.0f32, f32::max);
+
+    // Query-term occurrences per section, found once and reused by all of its chunks.
+    let mut matches: Vec<(u32, u16)> = Vec::new();
+    let mut term_frequencies = vec![0u32; query.hashes.len()];
+    let mut current_section = u32::MAX;
+    for (candidate, &length) in candidates.iter_mut().zip(&lengths) {
+        if candidate.section != current_section {
+            current_section = candidate.section;
+            query_matches(&analyses[current_section as usize], query, &mut matches);
+        }
+        term_frequencies.iter_mut().for_each(|tf| *tf = 0);
+        let first = matches.partition_point(|&(offset, _)| offset < candidate.start);
+        for &(offset, term) in &matches[first..] {
+            if offset >= candidate.end {
+                break;
+            }
+            term_frequencies[term as usize] += 1;
+        }
+        let length_norm = 1.0 - BM25_B + BM25_B * length as f32 / average_length;
+        candidate.parts.bm25 = term_frequencies
+            .iter()
+            .zip(&query.idf)
+            .filter(|(&tf, _)| tf > 0)
+            .map(|(&tf, &idf)| {
+                idf * tf as f32 * (BM25_K1 + 1.0) / (tf as f32 + BM25_K1 * length_norm)
+            })
+            .sum();
+        let section_score = hits
+            .get(candidate.section as usize)
+            .map_or(0.0, |hit: &SectionHit| hit.score);
+        candidate.parts.section = if max_section_score > 0.0 {
+            section_score / max_section_score
+        } else {
+            0.0
+        };
+    }
+
+    let max_bm25 = candidates
+        .iter()
+        .map(|c| c.parts.bm25)
+        .fold(0.0f32, f32::max);
+    for candidate in candidates.iter_mut() {
+        let bm25 = if max_bm25 > 0.0 {
+            candidate.parts.bm25 / max_bm25
+        } else {
+            0.0
+        };
+        candidate.score = weights.bm25 * bm25 + weights.section * candidate.parts.section;
+    }
+    candidates.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(a.section.cmp(&b.section))
+            .then(a.start.cmp(&b.start))
+    });
+}
+
+/// Analysed tokens inside each candidate: its length for BM25's length normalisation.
+fn chunk_lengths(candidates: &[Candidate], analyses: &[Arc<SectionAnalysis>]) -> Vec<u32> {
+    candidates
+        .iter()
+        .map(|candidate| {
+            let terms = &analyses[candidate.section as usize].terms;
+            let first = terms.partition_point(|&(offset, _)| offset < candidate.start);
+            let last = terms.partition_point(|&(offset, _)| offset < candidate.end);
+            (last - first) as u32
+        })
+        .collect()
+}
+
+fn query_matches(analysis: &SectionAnalysis, query: &QueryTerms, out: &mut Vec<(u32, u16)>) {
+    out.clear();
+    for &(offset, hash) in &analysis.terms {
+        if let Some(index) = query.hashes.iter().position(|&h| h == hash) {
+            out.push((offset, index as u16));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::Strategy;
+    use crate::pipeline::analyze::term_hash;
+    use crate::tokens::TokenOffsets;
+    use crate::types::ScoreParts;
+
+    fn analysis(text: &str) -> Arc<SectionAnalysis> {
+        let mut analyzer = crate::index::schema::analyzer();
+        let mut stream = analyzer.token_stream(text);
+        let mut terms = Vec::new();
+        while stream.advance() {
+            terms.push((
+                stream.token().offset_from as u32,
+                term_hash(&stream.token().text),
+            ));
+        }
+        Arc::new(SectionAnalysis {
+            tokens: TokenOffsets::default(),
+            terms,
+        })
+    }
+
+    fn candidate(section: u32, start: u32, end: u32) -> Candidate {
+        Candidate {
+            section,
+            start,
+            end,
+            token_count: 0,
+            strategy: Strategy::Fixed,
+            score: 0.0,
+            parts: ScoreParts::default(),
+        }
+    }
+
+    fn hit(score: f32, text: &str) -> SectionHit {
+        SectionHit {
+            score,
+            doc_id: "d".into(),
+            ordinal: 0,
+            version: 0,
+            doc_title: String::new(),
+            heading_path: Vec::new(),
+            text: text.into(),
+            byte_start: 0,
+            char_start: 0,
+            metadata: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_chunk_holding_the_query_terms_ranks_first() {
+        let text = "Cats sleep a lot. The quarterly revenue grew twelve percent. Dogs bark.";
+        let hits = vec![hit(1.0, text)];
+        let analyses = vec![analysis(text)];
+        let mut candidates = vec![
+            candidate(0, 0, 17),
+            candidate(0, 18, 59),
+            candidate(0, 60, 71),
+        ];
+        let query = QueryTerms {
+            hashes: vec![term_hash("revenu"), term_hash("grew")],
+            idf: vec![2.0, 1.0],
+        };
+        score(
+            &mut candidates,
+            &hits,
+            &analyses,
+            &query,
+            Weights {
+                bm25: 1.0,
+                section: 0.5,
+            },
+        );
+        assert_eq!((candidates[0].start, candidates[0].end), (18, 59));
+        assert!(candidates[0].parts.bm25 > 0.0);
+        assert_eq!(candidates[1].parts.bm25, 0.0);
+        assert!(
+            (candidates[0].score - 1.5).abs() < 1e-6,
+            "normalised bm25 1 + 0.5 × section 1"
+        );
+    }
+
+    #[test]
+    fn a_better_section_lifts_its_chunks_when_text_ties() {
+        let text = "alpha beta";
+        let hits = vec![hit(1.0, text), hit(4.0, text)];
+        let analyses = vec![analysis(text), analysis(text)];
+        let mut candidates = vec![candidate(0, 0, 10), candidate(1, 0, 10)];
+        let query = QueryTerms {
+            hashes: vec![term_hash("alpha")],
+            idf: vec![1.0],
+        };
+        score(
+            &mut candidates,
+            &hits,
+            &analyses,
+            &query,
+            Weights {
+                bm25: 1.0,
+                section: 0.5,
+            },
+        );
+        assert_eq!(candidates[0].section, 1);
+        assert!((candidates[1].parts.section - 0.25).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,708 @@
+//! The service layer: what Lathe does, independent of gRPC. `LatheApi` is the trait the gRPC edge
+//! calls (tests can drive it without a network); `Engine` implements it by validating requests
+//! against the configured limits and running the pipeline stages in order on the CPU pool.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::cache::{Caches, ResultKey};
+use crate::chunk::{ChunkOptions, Strategy, Unit};
+use crate::config::Config;
+use crate::cpu_pool::CpuPool;
+use crate::error::{LatheError, Result};
+use crate::index::{
+    Catalog, DocumentRecord, OpenCollection, SectionRecord, StoredSettings, WriteOp,
+};
+use crate::pipeline::{analyze, coarse, pack, rechunk, score};
+use crate::sections::{self, Format};
+use crate::tokenizer::BudgetTokenizer;
+use crate::types::{
+    ChunkingSpec, CollectionInfo, CollectionSettings, DocumentFormat, DocumentInput, ResultOrder,
+    RetrieveQuery, RetrieveResult, RetrievedChunk, WriteOutcome,
+};
+
+#[tonic::async_trait]
+pub trait LatheApi: Send + Sync + 'static {
+    async fn create_collection(
+        &self,
+        name: String,
+        settings: CollectionSettings,
+    ) -> Result<CollectionInfo>;
+    async fn list_collections(&self) -> Result<Vec<CollectionInfo>>;
+    async fn get_collection(&self, name: &str) -> Result<CollectionInfo>;
+    async fn delete_collection(&self, name: &str) -> Result<()>;
+    async fn upsert_documents(
+        &self,
+        collection: &str,
+        documents: Vec<DocumentInput>,
+        wait: bool,
+    ) -> Result<WriteOutcome>;
+    async fn delete_documents(
+        &self,
+        collection: &str,
+        ids: Vec<String>,
+        wait: bool,
+    ) -> Result<WriteOutcome>;
+    /// Waits until everything written to `collection` so far is durable and visible.
+    async fn sync(&self, collection: &str) -> Result<u64>;
+    async fn retrieve(&self, query: RetrieveQuery) -> Result<RetrieveResult>;
+}
+
+/// What the service keeps beside each open collection's index.
+pub struct CollectionRuntime {
+    pub tokenizer: BudgetTokenizer,
+    pub default_chunking: ChunkingSpec,
+    /// Unique per opening in this process: a recreated collection never hits an old cache entry.
+    pub incarnation: u64,
+}
+
+type Collection = OpenCollection<CollectionRuntime>;
+
+static INCARNATIONS: AtomicU64 = AtomicU64::new(1);
+
+pub struct Engine {
+    config: Config,
+    catalog: Arc<Catalog<CollectionRuntime>>,
+    caches: Caches,
+    pool: CpuPool,
+}
+
+impl Engine {
+    pub fn open(config: Config) -> Result<Self> {
+        let models_dir = config.models.dir.clone();
+        let catalog = Catalog::open(
+            &config.storage.data_dir,
+            config.storage.writer_memory_bytes,
+            Duration::from_millis(config.storage.commit_interval_ms),
+            |_, stored| runtime_for(stored, &models_dir),
+        )?;
+        let catalog = Arc::new(catalog);
+        let caches = Caches::new(config.cache.result_bytes, config.cache.section_bytes);
+        let pool = CpuPool::new(config.cpu_threads())?;
+        Ok(Self {
+            config,
+            catalog,
+            caches,
+            pool,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn caches(&self) -> &Caches {
+        &self.caches
+    }
+
+    /// Commits and closes every collection.
+    pub fn shutdown(&self) {
+        self.catalog.shutdown();
+    }
+
+    fn info(collection: &Collection) -> Result<CollectionInfo> {
+        Ok(CollectionInfo {
+            name: collection.name.clone(),
+            settings: settings_from_stored(&collection.settings, &collection.extra),
+            stats: collection.index.stats()?,
+        })
+    }
+
+    fn resolve_chunking(
+        &self,
+        requested: &ChunkingSpec,
+        collection: &ChunkingSpec,
+    ) -> Result<ChunkOptions> {
+        let limits = &self.config.limits;
+        let strategy = requested
+            .strategy
+            .or(collection.strategy)
+            .unwrap_or(Strategy::Sentence);
+        let max_size = requested
+            .max_tokens
+            .or(collection.max_tokens)
+            .unwrap_or(self.config.retrieval.default_chunk_tokens);
+        let overlap = requested
+            .overlap_tokens
+            .or(collection.overlap_tokens)
+            .unwrap_or(0);
+        let unit = if requested.strategy.is_some() {
+            requested.unit
+        } else {
+            collection.unit
+        };
+        check_chunk_sizes(max_size, overlap, limits.max_chunk_tokens)?;
+        let separators = if requested.separators.is_empty() {
+            None
+        } else {
+            Some(Arc::from(requested.separators.clone()))
+        };
+        Ok(ChunkOptions {
+            strategy,
+            max_size,
+            overlap,
+            unit,
+            separators,
+        })
+    }
+
+    fn validate_query(&self, query: &RetrieveQuery) -> Result<()> {
+        let limits = &self.config.limits;
+        if query.query.is_empty() {
+            return Err(LatheError::invalid(
+                "query",
+                "must contain at least one non-whitespace character",
+            ));
+        }
+        if query.query.len() > limits.max_query_bytes {
+            return Err(LatheError::invalid(
+                "query",
+                format!(
+                    "is {} bytes; the allowed range is 1..={} bytes",
+                    query.query.len(),
+                    limits.max_query_bytes
+                ),
+            ));
+        }
+        if !(1..=limits.max_top_k).contains(&query.top_k) {
+            return Err(LatheError::invalid(
+                "top_k",
+                format!(
+                    "is {}; the allowed range is 1..={}",
+                    query.top_k, limits.max_top_k
+                ),
+            ));
+        }
+        if !(1..=limits.max_token_budget).contains(&query.token_budget) {
+            return Err(LatheError::invalid(
+                "token_budget",
+                format!(
+                    "is {}; the allowed range is 1..={}",
+                    query.token_budget, limits.max_token_budget
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validates and sections one document (CPU work: runs on the pool).
+    fn prepare_document(
+        document: DocumentInput,
+        section_tokens: usize,
+        tokenizer: &BudgetTokenizer,
+        max_sections: usize,
+    ) -> Result<DocumentRecord> {
+        let count = |text: &str| tokenizer.count(text);
+        let (text, spans) = match &document.sections {
+            Some(boundaries) => {
+                let boundaries: Vec<(u64, u64, String)> = boundaries
+                    .iter()
+                    .map(|b| (b.start, b.end, b.title.clone()))
+                    .collect();
+                let spans =
+                    sections::caller_sections(&document.text, &boundaries).map_err(|error| {
+                        LatheError::invalid(format!("documents[{}].sections", document.id), error)
+                    })?;
+                (document.text.clone(), spans)
+            }
+            None => {
+                let format = match document.format {
+                    DocumentFormat::Plain => Format::Plain,
+                    DocumentFormat::Markdown => Format::Markdown,
+                    DocumentFormat::Html => Format::Html,
+                };
+                let parsed =
+                    sections::split_document(&document.text, format, section_tokens, &count);
+                (parsed.text.into_owned(), parsed.sections)
+            }
+        };
+        if spans.len() > max_sections {
+            return Err(LatheError::invalid(
+                format!("documents[{}].text", document.id),
+                format!(
+                    "produces {} sections; the allowed range is 0..={max_sections}",
+                    spans.len()
+                ),
+            ));
+        }
+        let version = document_version(&document);
+        // Code-point offsets: one running count over the text, sections being in order.
+        let mut sections = Vec::with_capacity(spans.len());
+        let (mut counted_bytes, mut counted_chars) = (0usize, 0u64);
+        for (ordinal, span) in spans.into_iter().enumerate() {
+            if span.start < counted_bytes {
+                counted_bytes = 0;
+                counted_chars = 0;
+            }
+            counted_chars += text[counted_bytes..span.start].chars().count() as u64;
+            counted_bytes = span.start;
+            sections.push(SectionRecord {
+                ordinal: ordinal as u64,
+                heading_path: span.heading_path,
+                text: text[span.start..span.end].to_string(),
+                byte_start: span.start as u64,
+                char_start: counted_chars,
+            });
+        }
+        Ok(DocumentRecord {
+            doc_id: document.id,
+            title: document.title,
+            metadata: document.metadata,
+            text_bytes: text.len() as u64,
+            version,
+            sections,
+        })
+    }
+}
+
+fn check_chunk_sizes(max_size: u32, overlap: u32, max_chunk_tokens: u32) -> Result<()> {
+    if !(1..=max_chunk_tokens).contains(&max_size) {
+        return Err(LatheError::invalid(
+            "chunking.max_tokens",
+            format!("is {max_size}; the allowed range is 1..={max_chunk_tokens}"),
+        ));
+    }
+    if overlap >= max_size {
+        return Err(LatheError::invalid(
+            "chunking.overlap_tokens",
+            format!(
+                "is {overlap}; it must be below chunking.max_tokens ({max_size}), i.e. in 0..={}",
+                max_size - 1
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn document_version(document: &DocumentInput) -> u64 {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(document.title.as_bytes());
+    hasher.update(&[0]);
+    hasher.update(document.text.as_bytes());
+    for (key, value) in &document.metadata {
+        hasher.update(&[0]);
+        hasher.update(key.as_bytes());
+        hasher.update(&[0]);
+        hasher.update(value.as_bytes());
+    }
+    let bytes = hasher.finalize();
+    u64::from_le_bytes(bytes.as_bytes()[..8].try_into().unwrap_or_default())
+}
+
+fn runtime_for(stored: &StoredSettings, models_dir: &std::path::Path) -> Result<CollectionRuntime> {
+    let tokenizer = BudgetTokenizer::resolve(&stored.budget_tokenizer, models_dir)?;
+    let default_chunking = ChunkingSpec {
+        strategy: stored
+            .default_strategy
+            .as_deref()
+            .and_then(strategy_from_name),
+        max_tokens: stored.default_max_tokens,
+        overlap_tokens: stored.default_overlap_tokens,
+        unit: Unit::Tokens,
+        separators: Vec::new(),
+    };
+    Ok(CollectionRuntime {
+        tokenizer,
+        default_chunking,
+        incarnation: INCARNATIONS.fetch_add(1, Ordering::Relaxed),
+    })
+}
+
+pub fn strategy_name(strategy: Strategy) -> &'static str {
+    match strategy {
+        Strategy::Fixed => "fixed",
+        Strategy::Sentence => "sentence",
+        Strategy::Recursive => "recursive",
+        Strategy::Structure => "structure",
+        Strategy::Auto => "auto",
+        Strategy::Semantic => "semantic",
+    }
+}
+
+pub fn strategy_from_name(name: &str) -> Option<Strategy> {
+    Some(match name {
+        "fixed" => Strategy::Fixed,
+        "sentence" => Strategy::Sentence,
+        "recursive" => Strategy::Recursive,
+        "structure" => Strategy::Structure,
+        "auto" => Strategy::Auto,
+        "semantic" => Strategy::Semantic,
+        _ => return None,
+    })
+}
+
+fn settings_from_stored(
+    stored: &StoredSettings,
+    runtime: &CollectionRuntime,
+) -> CollectionSettings {
+    CollectionSettings {
+        budget_tokenizer: stored.budget_tokenizer.clone(),
+        default_chunking: runtime.default_chunking.clone(),
+        section_tokens: stored.section_tokens,
+    }
+}
+
+fn validate_collection_name(name: &str) -> Result<()> {
+    let valid = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if valid {
+        Ok(())
+    } else {
+        Err(LatheError::invalid(
+            "name",
+            format!(
+                "`{}` must be 1 to 64 characters of [A-Za-z0-9_-]",
+                name.chars().take(80).collect::<String>()
+            ),
+        ))
+    }
+}
+
+#[tonic::async_trait]
+impl LatheApi for Engine {
+    async fn create_collection(
+        &self,
+        name: String,
+        settings: CollectionSettings,
+    ) -> Result<CollectionInfo> {
+        validate_collection_name(&name)?;
+        if settings.section_tokens == 0
+            || settings.section_tokens > self.config.limits.max_chunk_tokens.max(65_536)
+        {
+            return Err(LatheError::invalid(
+                "settings.section_tokens",
+                format!(
+                    "is {}; the allowed range is 1..=65536",
+                    settings.section_tokens
+                ),
+            ));
+        }
+        let chunking = &settings.default_chunking;
+        if chunking.max_tokens.is_some() || chunking.overlap_tokens.is_some() {
+            let max_size = chunking
+                .max_tokens
+                .unwrap_or(self.config.retrieval.default_chunk_tokens);
+            check_chunk_sizes(
+                max_size,
+                chunking.overlap_tokens.unwrap_or(0),
+                self.config.limits.max_chunk_tokens,
+            )
+            .map_err(|e| match e {
+                LatheError::InvalidArgument { field, reason } => {
+                    LatheError::invalid(format!("settings.default_{field}"), reason)
+                }
+                other => other,
+            })?;
+        }
+        let stored = StoredSettings {
+            budget_tokenizer: if settings.budget_tokenizer.is_empty() {
+                crate::tokenizer::DEFAULT_TOKENIZER.to_string()
+            } else {
+                settings.budget_tokenizer.clone()
+            },
+            section_tokens: settings.section_tokens,
+            default_strategy: chunking.strategy.map(|s| strategy_name(s).to_string()),
+            default_max_tokens: chunking.max_tokens,
+            default_overlap_tokens: chunking.overlap_tokens,
+        };
+        let runtime = runtime_for(&stored, &self.config.models.dir)?;
+        let catalog = Arc::clone(&self.catalog);
+        let collection = blocking(move || catalog.create(&name, stored, runtime)).await?;
+        Self::info(&collection)
+    }
+
+    async fn list_collections(&self) -> Result<Vec<CollectionInfo>> {
+        self.catalog.list().iter().map(|c| Self::info(c)).collect()
+    }
+
+    async fn get_collection(&self, name: &str) -> Result<CollectionInfo> {
+        Self::info(&*self.catalog.get(name)?)
+    }
+
+    async fn delete_collection(&self, name: &str) -> Result<()> {
+        let catalog = Arc::clone(&self.catalog);
+        let name = name.to_string();
+        blocking(move || catalog.delete(&name)).await
+    }
+
+    async fn upsert_documents(
+        &self,
+        collection_name: &str,
+        documents: Vec<DocumentInput>,
+        wait: bool,
+    ) -> Result<WriteOutcome> {
+        let collection = self.catalog.get(collection_name)?;
+        let limits = &self.config.limits;
+        if documents.len() > limits.max_batch_documents {
+            return Err(LatheError::invalid(
+                "documents",
+                format!(
+                    "holds {} documents; the allowed range is 0..={}",
+                    documents.len(),
+                    limits.max_batch_documents
+                ),
+            ));
+        }
+        let mut seen = HashSet::with_capacity(documents.len());
+        for (i, document) in documents.iter().enumerate() {
+            if document.id.is_empty() {
+                return Err(LatheError::invalid(
+                    format!("documents[{i}].id"),
+                    "must not be empty",
+                ));
+            }
+            if !seen.insert(document.id.as_str()) {
+                return Err(LatheError::invalid(
+                    format!("documents[{i}].id"),
+                    format!(
+                        "`{}` appears more than once in the batch; each id may appear once",
+                        document.id
+                    ),
+                ));
+            }
+            if document.text.len() > limits.max_document_bytes {
+                return Err(LatheError::TooLarge {
+                    what: format!("documents[{i}].text"),
+                    size: document.text.len() as u64,
+                    limit: limits.max_document_bytes as u64,
+                });
+            }
+        }
+        let section_tokens = collection.settings.section_tokens as usize;
+        let max_sections = limits.max_sections_per_document;
+        let prepared_collection = Arc::clone(&collection);
+        let records = self
+            .pool
+            .run(move || {
+                documents
+                    .into_iter()
+                    .map(|document| {
+                        Engine::prepare_document(
+                            document,
+                            section_tokens,
+                            &prepared_collection.extra.tokenizer,
+                            max_sections,
+                        )
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .await?;
+        let outcome = WriteOutcome {
+            documents: records.len() as u32,
+            sections: records.iter().map(|r| r.sections.len() as u32).sum(),
+            generation: 0,
+        };
+        let ops = records.into_iter().map(WriteOp::Upsert).collect();
+        let generation = await_write(collection.index.write(ops, wait)?).await?;
+        Ok(WriteOutcome {
+            generation,
+            ..outcome
+        })
+    }
+
+    async fn delete_documents(
+        &self,
+        collection_name: &str,
+        ids: Vec<String>,
+        wait: bool,
+    ) -> Result<WriteOutcome> {
+        let collection = self.catalog.get(collection_name)?;
+        if let Some(i) = ids.iter().position(String::is_empty) {
+            return Err(LatheError::invalid(
+                format!("ids[{i}]"),
+                "must not be empty",
+            ));
+        }
+        let documents = ids.len() as u32;
+        let ops = ids
+            .into_iter()
+            .map(|doc_id| WriteOp::Delete { doc_id })
+            .collect();
+        let generation = await_write(collection.index.write(ops, wait)?).await?;
+        Ok(WriteOutcome {
+            documents,
+            sections: 0,
+            generation,
+        })
+    }
+
+    async fn sync(&self, collection_name: &str) -> Result<u64> {
+        let collection = self.catalog.get(collection_name)?;
+        await_write(collection.index.write(Vec::new(), true)?).await
+    }
+
+    async fn retrieve(&self, query: RetrieveQuery) -> Result<RetrieveResult> {
+        let started = Instant::now();
+        self.validate_query(&query)?;
+        let collection = self.catalog.get(&query.collection)?;
+        let options = self.resolve_chunking(&query.chunking, &collection.extra.default_chunking)?;
+        let snapshot = collection.index.snapshot();
+        let key = ResultKey {
+            incarnation: collection.extra.incarnation,
+            generation: snapshot.generation,
+            query,
+        };
+        if let Some(cached) = self.caches.results.get(&key) {
+            let mut result = (*cached).clone();
+            result.cache_hit = true;
+            result.timings = vec![
+                ("cache", started.elapsed().as_micros() as u64),
+                ("total", started.elapsed().as_micros() as u64),
+            ];
+            return Ok(result);
+        }
+        let caches = self.caches.clone();
+        let weights = score::Weights {
+            bm25: self.config.retrieval.bm25_weight,
+            section: self.config.retrieval.section_weight,
+        };
+        let pipeline_key = key.clone();
+        let mut result = self
+            .pool
+            .run(move || {
+                run_pipeline(
+                    &collection,
+                    &snapshot,
+                    &pipeline_key.query,
+                    &options,
+                    weights,
+                    &caches,
+                )
+            })
+            .await?;
+        result.generation = key.generation;
+        result
+            .timings
+            .push(("total", started.elapsed().as_micros() as u64));
+        self.caches.results.insert(key, Arc::new(result.clone()));
+        Ok(result)
+    }
+}
+
+/// Runs blocking file-system work (fsyncs, renames) off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| LatheError::internal(format!("blocking task failed: {e}")))?
+}
+
+async fn await_write(receiver: Option<tokio::sync::oneshot::Receiver<Result<u64>>>) -> Result<u64> {
+    match receiver {
+        None => Ok(0),
+        Some(receiver) => receiver.await.map_err(|_| {
+            LatheError::Unavailable("the collection's writer stopped before committing".into())
+        })?,
+    }
+}
+
+/// Runs the stages in order (see `pipeline`), timing each.
+fn run_pipeline(
+    collection: &Collection,
+    snapshot: &crate::index::Snapshot,
+    query: &RetrieveQuery,
+    options: &ChunkOptions,
+    weights: score::Weights,
+    caches: &Caches,
+) -> Result<RetrieveResult> {
+    let mut timings = Vec::with_capacity(6);
+    let mut clock = Instant::now();
+    let mut lap = |stage: &'static str, timings: &mut Vec<(&'static str, u64)>| {
+        timings.push((stage, clock.elapsed().as_micros() as u64));
+        clock = Instant::now();
+    };
+    let index = &collection.index;
+    let tokenizer = &collection.extra.tokenizer;
+
+    let terms = index.query_terms(&query.query);
+    let hits = coarse::retrieve(index, snapshot, &terms, &query.filter, query.top_k as usize)?;
+    let query_terms = score::QueryTerms {
+        hashes: terms.iter().map(|t| analyze::term_hash(t)).collect(),
+        idf: index.idf(snapshot, &terms)?,
+    };
+    lap("retrieve", &mut timings);
+
+    let analyses = analyze::analyze(
+        hits.iter().map(|hit| hit.text.as_str()),
+        tokenizer,
+        &caches.sections,
+    );
+    lap("analyze", &mut timings);
+
+    let mut candidates = rechunk::rechunk(&hits, &analyses, options);
+    lap("chunk", &mut timings);
+
+    score::score(&mut candidates, &hits, &analyses, &query_terms, weights);
+    lap("score", &mut timings);
+
+    let mut spans = pack::pack(&candidates, &hits, &analyses, query.token_budget, tokenizer);
+    if query.order == ResultOrder::Position {
+        order_by_position(&mut spans, &hits);
+    }
+    lap("pack", &mut timings);
+
+    let chunks = assemble(&spans, &hits);
+    Ok(RetrieveResult {
+        tokens_used: spans.iter().map(|s| s.token_count).sum(),
+        token_budget: query.token_budget,
+        generation: snapshot.generation,
+        cache_hit: false,
+        timings,
+        sections_considered: hits.len() as u32,
+        chunks_considered: candidates.len() as u32,
+        chunks,
+    })
+}
+
+/// Documents in the order of their best span; spans of one document in document order.
+fn order_by_position(spans: &mut [pack::PackedSpan], hits: &[crate::index::SectionHit]) {
+    let mut document_rank: Vec<(&str, usize)> = Vec::new();
+    for span in spans.iter() {
+        let doc_id = hits[span.section as usize].doc_id.as_str();
+        if !document_rank.iter().any(|(id, _)| *id == doc_id) {
+            document_rank.push((doc_id, document_rank.len()));
+        }
+    }
+    let rank_of = |doc_id: &str| {
+        document_rank
+            .iter()
+            .find(|(id, _)| *id == doc_id)
+            .map_or(usize::MAX, |(_, r)| *r)
+    };
+    spans.sort_by_key(|span| {
+        let hit = &hits[span.section as usize];
+        (rank_of(&hit.doc_id), hit.byte_start + span.start as u64)
+    });
+}
+
+fn assemble(spans: &[pack::PackedSpan], hits: &[crate::index::SectionHit]) -> Vec<RetrievedChunk> {
+    spans
+        .iter()
+        .map(|span| {
+            let hit = &hits[span.section as usize];
+            let (start, end) = (span.start as usize, span.end as usize);
+            let text = &hit.text[start..end];
+            let chars_before = hit.text[..start].chars().count() as u64;
+            let char_start = hit.char_start + chars_before;
+            RetrievedChunk {
+                doc_id: hit.doc_id.clone(),
+                section_ordinal: hit.ordinal,
+                heading_path: hit.heading_path.clone(),
+                doc_title: hit.doc_title.clone(),
+                text: text.to_string(),
+                bytes: hit.byte_start + start as u64..hit.byte_start + end as u64,
+                chars: char_start..char_start + text.chars().count() as u64,
+                token_count: span.token_count,
+                score: span.score,
+                parts: span.parts,
+                strategy: span.strategy,
+                metadata: hit.metadata.clone(),
+            }
+        })
+        .collect()
+}

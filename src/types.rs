@@ -1,0 +1,182 @@
+//! Domain types shared by the service and the pipeline. Proto types never reach past `api`; these
+//! are what the service layer speaks.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use crate::chunk::{Strategy, Unit};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DocumentFormat {
+    Plain,
+    Markdown,
+    Html,
+}
+
+/// A section boundary given by the caller, in code points into the document text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SectionBoundary {
+    pub start: u64,
+    pub end: u64,
+    pub title: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DocumentInput {
+    pub id: String,
+    pub title: String,
+    pub text: String,
+    pub format: DocumentFormat,
+    pub metadata: BTreeMap<String, String>,
+    /// Caller-given sections; `None` means split by structure.
+    pub sections: Option<Vec<SectionBoundary>>,
+}
+
+/// Chunking as asked: unset fields fall back to the collection's default, then the server's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ChunkingSpec {
+    pub strategy: Option<Strategy>,
+    pub max_tokens: Option<u32>,
+    pub overlap_tokens: Option<u32>,
+    pub unit: Unit,
+    pub separators: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CollectionSettings {
+    pub budget_tokenizer: String,
+    pub default_chunking: ChunkingSpec,
+    pub section_tokens: u32,
+}
+
+pub const DEFAULT_SECTION_TOKENS: u32 = 1024;
+
+impl Default for CollectionSettings {
+    fn default() -> Self {
+        Self {
+            budget_tokenizer: crate::tokenizer::DEFAULT_TOKENIZER.to_string(),
+            default_chunking: ChunkingSpec::default(),
+            section_tokens: DEFAULT_SECTION_TOKENS,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CollectionStats {
+    pub documents: u64,
+    pub sections: u64,
+    pub bytes: u64,
+    pub generation: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct CollectionInfo {
+    pub name: String,
+    pub settings: CollectionSettings,
+    pub stats: CollectionStats,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Filter {
+    /// (key, value) pairs that must all match, sorted and deduplicated.
+    pub metadata: Vec<(String, String)>,
+    /// When non-empty, only these documents (sorted, deduplicated).
+    pub doc_ids: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ResultOrder {
+    #[default]
+    Score,
+    Position,
+}
+
+/// A validated retrieve request, with every default resolved except the collection's chunking.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RetrieveQuery {
+    pub collection: String,
+    /// Trimmed, inner whitespace collapsed to single spaces.
+    pub query: String,
+    pub top_k: u32,
+    pub token_budget: u32,
+    pub chunking: ChunkingSpec,
+    pub filter: Filter,
+    pub order: ResultOrder,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ScoreParts {
+    pub bm25: f32,
+    pub section: f32,
+    pub dense: f32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetrievedChunk {
+    pub doc_id: String,
+    pub section_ordinal: u64,
+    pub heading_path: Vec<String>,
+    pub doc_title: String,
+    pub text: String,
+    /// UTF-8 byte range in the document text.
+    pub bytes: Range<u64>,
+    /// Code-point range in the document text.
+    pub chars: Range<u64>,
+    pub token_count: u32,
+    pub score: f32,
+    pub parts: ScoreParts,
+    pub strategy: Strategy,
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl RetrievedChunk {
+    pub fn section_id(&self) -> String {
+        format!("{}#{}", self.doc_id, self.section_ordinal)
+    }
+
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.doc_id.len()
+            + self.doc_title.len()
+            + self.text.len()
+            + self.heading_path.iter().map(String::len).sum::<usize>()
+            + self
+                .metadata
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+            + std::mem::size_of::<Self>()
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RetrieveResult {
+    pub chunks: Vec<RetrievedChunk>,
+    pub tokens_used: u32,
+    pub token_budget: u32,
+    pub generation: u64,
+    pub cache_hit: bool,
+    /// (stage, microseconds), in pipeline order.
+    pub timings: Vec<(&'static str, u64)>,
+    pub sections_considered: u32,
+    pub chunks_considered: u32,
+}
+
+impl RetrieveResult {
+    pub(crate) fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self
+                .chunks
+                .iter()
+                .map(RetrievedChunk::heap_bytes)
+                .sum::<usize>()
+    }
+}
+
+/// What a write reports back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOutcome {
+    pub documents: u32,
+    pub sections: u32,
+    /// Generation at which the write is visible (0 when not waited for).
+    pub generation: u64,
+}
