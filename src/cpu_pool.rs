@@ -59,11 +59,16 @@ mod tests {
         let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         // Block the only thread, then queue work and drop its future before it can start.
         let (release, blocked) = std::sync::mpsc::channel::<()>();
-        let blocker = pool.run(move || {
-            let _ = blocked.recv();
-            Ok(())
+        let blocking_pool = pool.clone();
+        let blocker = tokio::spawn(async move {
+            blocking_pool
+                .run(move || {
+                    let _ = blocked.recv();
+                    Ok(())
+                })
+                .await
         });
-        let blocker = tokio::spawn(blocker);
+        tokio::task::yield_now().await;
         let flag = ran.clone();
         let abandoned = pool.run(move || {
             flag.store(true, std::sync::atomic::Ordering::SeqCst);

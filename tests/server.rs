@@ -1,0 +1,511 @@
+//! End-to-end behaviour through the real gRPC server: ingest in every format, retrieval within the
+//! budget with exact offsets, replace and delete semantics, cache freshness, filters, ordering,
+//! streaming upload, restart durability, health and reflection.
+
+mod common;
+
+use common::*;
+use lathe::api::proto;
+use lathe::api::proto::DocumentFormat as Format;
+
+const MARKDOWN: &str = "# Installing Lathe\n\nLathe ships as one binary.\n\n## On Debian\n\nRun the installer with apt and then start the service. The daemon listens on port 50051.\n\n## On macOS\n\nUse Homebrew to install the formula.\n\n```sh\n# not a heading\nbrew install lathe\n```\n";
+const HTML: &str = "<html><head><title>Guide</title><style>p { color: red }</style><script>var secret = 'scriptword';</script></head><body><h1>Volcanoes</h1><p>A volcano is a rupture in the crust of a planet.</p><h2>Eruptions</h2><p>Magma rises through vents and erupts as lava flows &amp; ash clouds.</p></body></html>";
+const PLAIN: &str = "The quarterly report showed revenue growth of twelve percent.\n\nThe board approved a new dividend policy for shareholders.\n\nOperating costs fell because the logistics network was consolidated into three hubs.";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingests_every_format_and_retrieves_within_budget_with_exact_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let mut client = server.client.clone();
+    create_collection(&mut client, "docs").await;
+    let written = upsert(
+        &mut client,
+        "docs",
+        vec![
+            document("guide.md", MARKDOWN, Format::Markdown),
+            document("volcano.html", HTML, Format::Html),
+            document("report.txt", PLAIN, Format::Plain),
+        ],
+    )
+    .await;
+    assert_eq!(written.documents, 3);
+    assert!(written.sections >= 3);
+    assert!(
+        written.generation > 0,
+        "a wait write reports the generation it is visible at"
+    );
+
+    // Markdown: the heading path becomes the section title; offsets slice the original text.
+    let response = retrieve(
+        &mut client,
+        retrieve_request("docs", "which port does the daemon listen on", 64),
+    )
+    .await;
+    let best = &response.chunks[0];
+    assert_eq!(best.doc_id, "guide.md");
+    assert!(best.text.contains("50051"));
+    assert_eq!(best.heading_path, vec!["Installing Lathe", "On Debian"]);
+    let (bytes, chars) = (best.bytes.unwrap(), best.chars.unwrap());
+    assert_eq!(
+        &MARKDOWN[bytes.start as usize..bytes.end as usize],
+        best.text
+    );
+    assert_eq!(char_slice(MARKDOWN, chars.start, chars.end), best.text);
+    assert!(response.tokens_used <= 64);
+
+    // HTML: text extracted, scripts and styles dropped.
+    let response = retrieve(
+        &mut client,
+        retrieve_request("docs", "how does magma erupt", 64),
+    )
+    .await;
+    assert_eq!(response.chunks[0].doc_id, "volcano.html");
+    assert!(response.chunks[0].text.contains("lava flows & ash clouds"));
+    let scripted = retrieve(
+        &mut client,
+        retrieve_request("docs", "scriptword secret", 64),
+    )
+    .await;
+    assert!(scripted
+        .chunks
+        .iter()
+        .all(|c| !c.text.contains("scriptword")));
+
+    // Plain text.
+    let response = retrieve(&mut client, retrieve_request("docs", "dividend policy", 32)).await;
+    let best = &response.chunks[0];
+    assert_eq!(best.doc_id, "report.txt");
+    assert!(best.text.contains("dividend"));
+    let chars = best.chars.unwrap();
+    assert_eq!(char_slice(PLAIN, chars.start, chars.end), best.text);
+
+    // Timings for each stage, and the cache answers the same request again.
+    let stages: Vec<&str> = response.timings.iter().map(|t| t.stage.as_str()).collect();
+    for stage in ["retrieve", "analyze", "chunk", "score", "pack", "total"] {
+        assert!(stages.contains(&stage), "{stages:?}");
+    }
+    assert!(!response.cache_hit);
+    let again = retrieve(
+        &mut client,
+        retrieve_request("docs", "  dividend   policy ", 32),
+    )
+    .await;
+    assert!(again.cache_hit, "normalised query hits the cache");
+    assert_eq!(again.chunks, response.chunks);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_is_never_exceeded_and_no_text_is_returned_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let mut client = server.client.clone();
+    create_collection(&mut client, "squad").await;
+    let docs = std::fs::read_to_string("../shared/eval/squad-a/docs.jsonl")
+        .or_else(|_| {
+            std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../shared/eval/squad-a/docs.jsonl"
+            ))
+        })
+        .expect("the squad-a eval set beside the repo");
+    let mut texts = std::collections::HashMap::new();
+    let documents: Vec<proto::Document> = docs
+        .lines()
+        .take(6)
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap();
+            let id = value["doc_id"].as_str().unwrap().to_string();
+            let text = value["text"].as_str().unwrap().to_string();
+            texts.insert(id.clone(), text.clone());
+            document(&id, &text, Format::Plain)
+        })
+        .collect();
+    upsert(&mut client, "squad", documents).await;
+    let questions = [
+        "Who won Super Bowl 50?",
+        "What is the capital?",
+        "When was the university founded?",
+        "the and of",
+    ];
+    for budget in [1, 7, 32, 128, 512] {
+        for strategy in [proto::ChunkStrategy::Fixed, proto::ChunkStrategy::Sentence] {
+            for question in questions {
+                let mut request = retrieve_request("squad", question, budget);
+                request.chunking = Some(proto::ChunkingOptions {
+                    strategy: strategy as i32,
+                    max_tokens: Some(48),
+                    overlap_tokens: Some(if strategy == proto::ChunkStrategy::Fixed {
+                        16
+                    } else {
+                        0
+                    }),
+                    ..Default::default()
+                });
+                let response = retrieve(&mut client, request).await;
+                let recounted: usize = response.chunks.iter().map(|c| minilm_count(&c.text)).sum();
+                assert!(
+                    recounted <= budget as usize,
+                    "{recounted} tokens over budget {budget}"
+                );
+                assert_eq!(response.tokens_used as usize, recounted);
+                let mut spans: Vec<(String, u64, u64)> = Vec::new();
+                for chunk in &response.chunks {
+                    let bytes = chunk.bytes.unwrap();
+                    let text = &texts[&chunk.doc_id];
+                    assert_eq!(&text[bytes.start as usize..bytes.end as usize], chunk.text);
+                    for (doc, start, end) in &spans {
+                        assert!(
+                            *doc != chunk.doc_id || bytes.end <= *start || bytes.start >= *end,
+                            "text returned twice: {start}..{end} and {}..{}",
+                            bytes.start,
+                            bytes.end
+                        );
+                    }
+                    spans.push((chunk.doc_id.clone(), bytes.start, bytes.end));
+                }
+            }
+        }
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upsert_replaces_delete_removes_and_writes_invalidate_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let mut client = server.client.clone();
+    create_collection(&mut client, "c").await;
+    upsert(
+        &mut client,
+        "c",
+        vec![document(
+            "a",
+            "The old zeppelin text about airships.",
+            Format::Plain,
+        )],
+    )
+    .await;
+    let first = retrieve(&mut client, retrieve_request("c", "zeppelin airships", 64)).await;
+    assert!(first.chunks[0].text.contains("old zeppelin"));
+    let cached = retrieve(&mut client, retrieve_request("c", "zeppelin airships", 64)).await;
+    assert!(cached.cache_hit);
+
+    upsert(
+        &mut client,
+        "c",
+        vec![document(
+            "a",
+            "The new zeppelin text about airships and blimps.",
+            Format::Plain,
+        )],
+    )
+    .await;
+    let after = retrieve(&mut client, retrieve_request("c", "zeppelin airships", 64)).await;
+    assert!(
+        !after.cache_hit,
+        "a write moves the generation: the cached answer is not served"
+    );
+    assert_eq!(after.chunks.len(), 1, "the old version's sections are gone");
+    assert!(after.chunks[0].text.contains("new zeppelin"));
+    let stats = client
+        .get_collection(proto::GetCollectionRequest { name: "c".into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats
+        .unwrap();
+    assert_eq!((stats.documents, stats.sections), (1, 1));
+    assert_eq!(
+        stats.bytes,
+        "The new zeppelin text about airships and blimps.".len() as u64
+    );
+
+    let deleted = client
+        .delete_documents(proto::DeleteDocumentsRequest {
+            collection: "c".into(),
+            ids: vec!["a".into()],
+            wait: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(deleted.generation > after.generation);
+    let gone = retrieve(&mut client, retrieve_request("c", "zeppelin airships", 64)).await;
+    assert!(gone.chunks.is_empty());
+    assert!(!gone.cache_hit);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_and_position_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let mut client = server.client.clone();
+    create_collection(&mut client, "c").await;
+    let mut a = document(
+        "a",
+        "Rust ownership rules.\n\nBorrowing in Rust avoids data races.",
+        Format::Plain,
+    );
+    a.metadata.insert("lang".into(), "rust".into());
+    let mut b = document(
+        "b",
+        "Go has goroutines and Rust has async tasks.",
+        Format::Plain,
+    );
+    b.metadata.insert("lang".into(), "go".into());
+    upsert(&mut client, "c", vec![a, b]).await;
+
+    let mut request = retrieve_request("c", "rust", 256);
+    request.filter = Some(proto::Filter {
+        metadata: vec![proto::MetadataTerm {
+            key: "lang".into(),
+            value: "go".into(),
+        }],
+        doc_ids: vec![],
+    });
+    let response = retrieve(&mut client, request).await;
+    assert!(!response.chunks.is_empty());
+    assert!(response
+        .chunks
+        .iter()
+        .all(|c| c.doc_id == "b" && c.metadata["lang"] == "go"));
+
+    let mut request = retrieve_request("c", "rust", 256);
+    request.filter = Some(proto::Filter {
+        metadata: vec![],
+        doc_ids: vec!["a".into()],
+    });
+    let response = retrieve(&mut client, request).await;
+    assert!(!response.chunks.is_empty() && response.chunks.iter().all(|c| c.doc_id == "a"));
+
+    let mut request = retrieve_request("c", "rust", 256);
+    request.filter = Some(proto::Filter {
+        metadata: vec![proto::MetadataTerm {
+            key: "missing".into(),
+            value: "x".into(),
+        }],
+        doc_ids: vec![],
+    });
+    assert!(
+        retrieve(&mut client, request).await.chunks.is_empty(),
+        "a filter on a missing key matches nothing"
+    );
+
+    // Score order puts the strongest chunk (at the end of the document) first; position order
+    // returns the same spans in document order.
+    let filler = "Nothing relevant is said in this sentence at all. ".repeat(30);
+    let text = format!("Ownership is strict. {filler}Borrowing avoids data races.");
+    upsert(&mut client, "c", vec![document("p", &text, Format::Plain)]).await;
+    let ordered = |order: proto::ResultOrder| {
+        let mut request = retrieve_request("c", "borrowing data races ownership", 12);
+        request.order = order as i32;
+        request.filter = Some(proto::Filter {
+            metadata: vec![],
+            doc_ids: vec!["p".into()],
+        });
+        request.chunking = Some(proto::ChunkingOptions {
+            strategy: proto::ChunkStrategy::Sentence as i32,
+            max_tokens: Some(8),
+            ..Default::default()
+        });
+        request
+    };
+    let by_score = retrieve(&mut client, ordered(proto::ResultOrder::Score)).await;
+    let by_position = retrieve(&mut client, ordered(proto::ResultOrder::Position)).await;
+    let starts = |response: &proto::RetrieveResponse| {
+        response
+            .chunks
+            .iter()
+            .map(|c| c.bytes.unwrap().start)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(by_score.chunks[0].text, "Borrowing avoids data races.");
+    assert_eq!(by_score.chunks[1].text, "Ownership is strict.");
+    let mut sorted = starts(&by_score);
+    sorted.sort_unstable();
+    assert_eq!(starts(&by_position), sorted);
+    assert_ne!(starts(&by_score), sorted);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_upload_and_wait_writes_survive_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let mut client = server.client.clone();
+    create_collection(&mut client, "c").await;
+    let messages: Vec<proto::UpsertDocumentsRequest> = (0..5)
+        .map(|batch| proto::UpsertDocumentsRequest {
+            collection: "c".into(),
+            documents: (0..10)
+                .map(|i| {
+                    document(
+                        &format!("doc-{batch}-{i}"),
+                        &format!(
+                            "Document number {i} of batch {batch} mentions keyword{batch}x{i}."
+                        ),
+                        Format::Plain,
+                    )
+                })
+                .collect(),
+            wait: batch == 4,
+        })
+        .collect();
+    let response = client
+        .upload_documents(tokio_stream::iter(messages))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.documents, 50);
+    assert!(response.generation > 0);
+    let found = retrieve(&mut client, retrieve_request("c", "keyword3x7", 64)).await;
+    assert_eq!(found.chunks[0].doc_id, "doc-3-7");
+    server.stop().await;
+
+    let server = TestServer::start(dir.path()).await;
+    let mut client = server.client.clone();
+    let stats = client
+        .get_collection(proto::GetCollectionRequest { name: "c".into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats
+        .unwrap();
+    assert_eq!(stats.documents, 50);
+    assert!(stats.generation >= response.generation);
+    let found = retrieve(&mut client, retrieve_request("c", "keyword4x9", 64)).await;
+    assert_eq!(found.chunks[0].doc_id, "doc-4-9");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collections_are_listed_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let mut client = server.client.clone();
+    create_collection(&mut client, "one").await;
+    client
+        .create_collection(proto::CreateCollectionRequest {
+            name: "two".into(),
+            settings: Some(proto::CollectionSettings {
+                budget_tokenizer: "cl100k_base".into(),
+                default_chunking: Some(proto::ChunkingOptions {
+                    strategy: proto::ChunkStrategy::Fixed as i32,
+                    max_tokens: Some(32),
+                    ..Default::default()
+                }),
+                section_tokens: Some(256),
+            }),
+        })
+        .await
+        .unwrap();
+    let listed = client
+        .list_collections(proto::ListCollectionsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .collections;
+    let names: Vec<&str> = listed.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["one", "two"]);
+    let two = &listed[1].settings.as_ref().unwrap();
+    assert_eq!(two.budget_tokenizer, "cl100k_base");
+    assert_eq!(two.section_tokens, Some(256));
+
+    upsert(
+        &mut client,
+        "two",
+        vec![document(
+            "x",
+            "Tiktoken counts this budget in cl100k tokens.",
+            Format::Plain,
+        )],
+    )
+    .await;
+    let response = retrieve(&mut client, retrieve_request("two", "tiktoken budget", 100)).await;
+    assert_eq!(
+        response.chunks[0].strategy,
+        proto::ChunkStrategy::Fixed as i32,
+        "the collection's default strategy"
+    );
+    let bpe = tiktoken_rs::cl100k_base_singleton();
+    assert_eq!(
+        response.tokens_used as usize,
+        bpe.encode_ordinary(&response.chunks[0].text).len()
+    );
+
+    client
+        .delete_collection(proto::DeleteCollectionRequest { name: "one".into() })
+        .await
+        .unwrap();
+    let status = client
+        .get_collection(proto::GetCollectionRequest { name: "one".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::NotFound);
+    // Recreated under the same name: empty, and no old cached answer leaks through.
+    create_collection(&mut client, "one").await;
+    let stats = client
+        .get_collection(proto::GetCollectionRequest { name: "one".into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats
+        .unwrap();
+    assert_eq!(stats.documents, 0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_reflection_answer_without_a_proto_file() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let channel = tonic::transport::Channel::from_shared(server.channel_uri())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel.clone());
+    for service in ["", "lathe.v1.Lathe"] {
+        let status = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32, "service `{service}`");
+    }
+
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    let mut reflection = ServerReflectionClient::new(channel);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = reflection
+        .server_reflection_info(tokio_stream::iter(vec![request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let response = stream.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("unexpected reflection answer");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(names.contains(&"lathe.v1.Lathe".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"grpc.health.v1.Health".to_string()),
+        "{names:?}"
+    );
+    server.stop().await;
+}
