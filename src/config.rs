@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// The documented default configuration, embedded in the binary.
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("../deploy/lathe.toml");
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
@@ -113,20 +113,6 @@ pub struct LogConfig {
 pub enum LogFormat {
     Text,
     Json,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            server: ServerConfig::default(),
-            storage: StorageConfig::default(),
-            models: ModelsConfig::default(),
-            limits: LimitsConfig::default(),
-            retrieval: RetrievalConfig::default(),
-            cache: CacheConfig::default(),
-            log: LogConfig::default(),
-        }
-    }
 }
 
 impl Default for ServerConfig {
@@ -353,6 +339,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API returns its own error type
     fn environment_overrides_the_file_and_flags_override_the_environment() {
         figment::Jail::expect_with(|jail| {
             jail.create_file(

@@ -1,7 +1,7 @@
 //! Stage 2: one analysis pass per retrieved section — budget-token offsets for cutting and counting,
 //! analysed term positions for chunk BM25 — cached by content hash.
 
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use crate::cache::{SectionAnalysis, SectionKey};
@@ -10,9 +10,7 @@ use crate::tokenizer::BudgetTokenizer;
 
 /// Hash of an analysed term, shared by section analysis and query terms.
 pub fn term_hash(term: &str) -> u64 {
-    let mut hasher = rustc_hash::FxBuildHasher.build_hasher();
-    term.hash(&mut hasher);
-    hasher.finish()
+    rustc_hash::FxBuildHasher.hash_one(term)
 }
 
 pub fn analyze(

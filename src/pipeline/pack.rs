@@ -2,9 +2,10 @@
 //!
 //! Greedy by score: a chunk is taken while the total still fits, merged with the chunks of its
 //! section that it overlaps or touches (so no text is returned twice); chunks that do not fit are
-//! skipped and smaller ones after them may still be taken. Sizes come from the sections' token
-//! offsets; the final spans are then recounted exactly with the budget tokenizer and, should a
-//! recount exceed the budget, the weakest spans are dropped. The budget is never exceeded.
+//! skipped and smaller ones after them may still be taken. The section's token offsets give a
+//! cheap lower bound that rejects hopeless candidates; a span that may fit is counted exactly with
+//! the budget tokenizer on its own text (a span's standalone tokenization can differ from the
+//! tokens it covers inside the section), so the budget is never exceeded.
 
 use std::sync::Arc;
 
@@ -36,18 +37,6 @@ pub fn pack(
     analyses: &[Arc<SectionAnalysis>],
     budget: u32,
     tokenizer: &BudgetTokenizer,
-) -> Vec<PackedSpan> {
-    let mut spans = select(candidates, hits, analyses, budget);
-    verify(&mut spans, hits, budget, tokenizer);
-    spans
-}
-
-/// Greedy selection on estimated sizes.
-pub fn select(
-    candidates: &[Candidate],
-    hits: &[SectionHit],
-    analyses: &[Arc<SectionAnalysis>],
-    budget: u32,
 ) -> Vec<PackedSpan> {
     let budget = budget as u64;
     let mut spans: Vec<PackedSpan> = Vec::new();
@@ -95,9 +84,15 @@ pub fn select(
                 break;
             }
         }
-        let tokens = &analyses[candidate.section as usize].tokens;
-        let merged_tokens = tokens.count_within(start as usize..end as usize) as u64;
         let freed: u64 = absorbed.iter().map(|&i| spans[i].token_count as u64).sum();
+        // Tokens wholly inside the span: a lower bound on its own count, good enough to reject.
+        let covered = analyses[candidate.section as usize]
+            .tokens
+            .count_within(start as usize..end as usize) as u64;
+        if used - freed + covered.saturating_sub(covered / 8) > budget {
+            continue;
+        }
+        let merged_tokens = tokenizer.count(&text[start as usize..end as usize]) as u64;
         if used - freed + merged_tokens > budget {
             continue;
         }
@@ -133,23 +128,6 @@ pub fn select(
     spans
 }
 
-/// Recounts each span exactly and drops the weakest until the total fits.
-pub fn verify(
-    spans: &mut Vec<PackedSpan>,
-    hits: &[SectionHit],
-    budget: u32,
-    tokenizer: &BudgetTokenizer,
-) {
-    for span in spans.iter_mut() {
-        let text = &hits[span.section as usize].text[span.start as usize..span.end as usize];
-        span.token_count = tokenizer.count(text) as u32;
-    }
-    // `spans` is sorted best first: drop from the end.
-    while spans.iter().map(|s| s.token_count as u64).sum::<u64>() > budget as u64 {
-        spans.pop();
-    }
-}
-
 /// True when two byte ranges of `text` overlap or only whitespace lies between them.
 fn overlaps_or_touches(text: &str, a: (u32, u32), b: (u32, u32)) -> bool {
     let (first, second) = if a.0 <= b.0 { (a, b) } else { (b, a) };
@@ -171,5 +149,125 @@ mod tests {
         assert!(overlaps_or_touches(text, (4, 7), (0, 3)));
         assert!(overlaps_or_touches(text, (0, 5), (4, 7)));
         assert!(!overlaps_or_touches(text, (0, 3), (9, 14)));
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use std::sync::{Arc, OnceLock};
+
+    use proptest::prelude::{
+        any, prop, prop_assert, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig,
+    };
+    use proptest::strategy::Strategy as _;
+
+    use super::{pack, Candidate, SectionAnalysis};
+    use crate::chunk::{chunk_section, ChunkOptions, ChunkSpan, Unit};
+    use crate::index::SectionHit;
+    use crate::tokenizer::BudgetTokenizer;
+    use crate::types::ScoreParts;
+
+    fn tokenizer() -> &'static BudgetTokenizer {
+        static TOKENIZER: OnceLock<BudgetTokenizer> = OnceLock::new();
+        TOKENIZER.get_or_init(|| {
+            BudgetTokenizer::resolve("minilm", &crate::tokenizer::tests::models_dir())
+                .expect("run scripts/fetch-models.sh")
+        })
+    }
+
+    fn section(text: &str) -> SectionHit {
+        SectionHit {
+            score: 1.0,
+            doc_id: "d".into(),
+            ordinal: 0,
+            version: 0,
+            doc_title: String::new(),
+            heading_path: Vec::new(),
+            text: text.to_string(),
+            byte_start: 0,
+            char_start: 0,
+            metadata: Default::default(),
+        }
+    }
+
+    /// Arbitrary Unicode with plenty of whitespace, punctuation, combining marks and emoji.
+    fn text_strategy() -> impl proptest::strategy::Strategy<Value = String> {
+        prop::collection::vec(
+            prop_oneof![
+                4 => "[a-zA-Z]{1,8}",
+                2 => Just(" ".to_string()),
+                1 => Just(". ".to_string()),
+                1 => Just("\n\n".to_string()),
+                1 => "\\PC{1,3}",
+                1 => prop::sample::select(vec!["é", "e\u{301}", "東京", "👩‍👩‍👧", "مرحبا", "।", "𝔘"]).prop_map(str::to_string),
+            ],
+            0..120,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn packing_never_exceeds_the_budget_and_never_repeats_text(
+            texts in prop::collection::vec(text_strategy(), 1..4),
+            max_size in 1u32..40,
+            overlap_share in 0u32..100,
+            budget in 1u32..200,
+            seed in any::<u64>(),
+        ) {
+            let hits: Vec<SectionHit> = texts.iter().map(|t| section(t)).collect();
+            let analyses: Vec<Arc<SectionAnalysis>> = hits
+                .iter()
+                .map(|hit| Arc::new(SectionAnalysis { tokens: tokenizer().offsets(&hit.text), terms: Vec::new() }))
+                .collect();
+            let options = ChunkOptions {
+                strategy: crate::chunk::Strategy::Fixed,
+                max_size,
+                overlap: overlap_share * (max_size - 1) / 100,
+                unit: Unit::Tokens,
+                separators: None,
+            };
+            let mut candidates = Vec::new();
+            let mut spans: Vec<ChunkSpan> = Vec::new();
+            for (section, (hit, analysis)) in hits.iter().zip(&analyses).enumerate() {
+                chunk_section(&hit.text, &analysis.tokens, &options, None, &mut spans);
+                for (i, span) in spans.iter().enumerate() {
+                    // Deterministic pseudo-random scores.
+                    let score = ((seed ^ (section as u64 * 7919 + i as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as f32;
+                    candidates.push(Candidate {
+                        section: section as u32,
+                        start: span.start,
+                        end: span.end,
+                        token_count: span.token_count,
+                        strategy: span.strategy,
+                        score,
+                        parts: ScoreParts::default(),
+                    });
+                }
+            }
+            candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
+            let packed = pack(&candidates, &hits, &analyses, budget, tokenizer());
+
+            let total: usize = packed.iter().map(|s| tokenizer().count(&hits[s.section as usize].text[s.start as usize..s.end as usize])).sum();
+            prop_assert!(total <= budget as usize, "{total} > {budget}");
+            prop_assert_eq!(total, packed.iter().map(|s| s.token_count as usize).sum::<usize>());
+            for (i, a) in packed.iter().enumerate() {
+                let text = &hits[a.section as usize].text;
+                prop_assert!(a.start < a.end && (a.end as usize) <= text.len());
+                prop_assert!(text.is_char_boundary(a.start as usize) && text.is_char_boundary(a.end as usize));
+                for b in &packed[i + 1..] {
+                    prop_assert!(a.section != b.section || a.end <= b.start || b.end <= a.start, "overlap {a:?} {b:?}");
+                }
+            }
+            // Greedy: if nothing was packed, no single candidate would have fitted on its own.
+            if packed.is_empty() {
+                for c in &candidates {
+                    let own = tokenizer().count(&hits[c.section as usize].text[c.start as usize..c.end as usize]);
+                    prop_assert!(own > budget as usize || c.token_count == 0, "{c:?} ({own} tokens) fits {budget}");
+                }
+            }
+        }
     }
 }

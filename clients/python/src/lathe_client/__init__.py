@@ -1,0 +1,53 @@
+"""Python client of the Lathe retrieval server.
+
+    from lathe_client import Lathe, Document
+
+    with Lathe("127.0.0.1:50051") as lathe:
+        lathe.create_collection("docs")
+        lathe.upsert("docs", [Document(id="a.md", text="# Title\n\nBody", format="markdown")], wait=True)
+        for chunk in lathe.retrieve("docs", "body", budget=256).chunks:
+            print(chunk.doc_id, chunk.char_span, chunk.score, chunk.text)
+"""
+
+from lathe_client.client import SERVICE_NAME, Lathe
+from lathe_client.errors import LatheError
+from lathe_client.types import (
+    Chunk,
+    Chunking,
+    ChunkStrategy,
+    ChunkUnit,
+    CollectionInfo,
+    CollectionSettings,
+    CollectionStats,
+    Document,
+    DocumentFormat,
+    ResultOrder,
+    RetrieveResult,
+    ScoreParts,
+    SectionBoundary,
+    Span,
+    StageTiming,
+    WriteResult,
+)
+
+__all__ = [
+    "SERVICE_NAME",
+    "Chunk",
+    "Chunking",
+    "ChunkStrategy",
+    "ChunkUnit",
+    "CollectionInfo",
+    "CollectionSettings",
+    "CollectionStats",
+    "Document",
+    "DocumentFormat",
+    "Lathe",
+    "LatheError",
+    "ResultOrder",
+    "RetrieveResult",
+    "ScoreParts",
+    "SectionBoundary",
+    "Span",
+    "StageTiming",
+    "WriteResult",
+]

@@ -1,0 +1,312 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DocumentFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DOCUMENT_FORMAT_UNSPECIFIED: _ClassVar[DocumentFormat]
+    DOCUMENT_FORMAT_PLAIN: _ClassVar[DocumentFormat]
+    DOCUMENT_FORMAT_MARKDOWN: _ClassVar[DocumentFormat]
+    DOCUMENT_FORMAT_HTML: _ClassVar[DocumentFormat]
+
+class ChunkStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CHUNK_STRATEGY_UNSPECIFIED: _ClassVar[ChunkStrategy]
+    CHUNK_STRATEGY_FIXED: _ClassVar[ChunkStrategy]
+    CHUNK_STRATEGY_SENTENCE: _ClassVar[ChunkStrategy]
+    CHUNK_STRATEGY_RECURSIVE: _ClassVar[ChunkStrategy]
+    CHUNK_STRATEGY_STRUCTURE: _ClassVar[ChunkStrategy]
+    CHUNK_STRATEGY_AUTO: _ClassVar[ChunkStrategy]
+    CHUNK_STRATEGY_SEMANTIC: _ClassVar[ChunkStrategy]
+
+class ChunkUnit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CHUNK_UNIT_TOKENS: _ClassVar[ChunkUnit]
+    CHUNK_UNIT_WORDS: _ClassVar[ChunkUnit]
+    CHUNK_UNIT_CHARS: _ClassVar[ChunkUnit]
+
+class ResultOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESULT_ORDER_SCORE: _ClassVar[ResultOrder]
+    RESULT_ORDER_POSITION: _ClassVar[ResultOrder]
+DOCUMENT_FORMAT_UNSPECIFIED: DocumentFormat
+DOCUMENT_FORMAT_PLAIN: DocumentFormat
+DOCUMENT_FORMAT_MARKDOWN: DocumentFormat
+DOCUMENT_FORMAT_HTML: DocumentFormat
+CHUNK_STRATEGY_UNSPECIFIED: ChunkStrategy
+CHUNK_STRATEGY_FIXED: ChunkStrategy
+CHUNK_STRATEGY_SENTENCE: ChunkStrategy
+CHUNK_STRATEGY_RECURSIVE: ChunkStrategy
+CHUNK_STRATEGY_STRUCTURE: ChunkStrategy
+CHUNK_STRATEGY_AUTO: ChunkStrategy
+CHUNK_STRATEGY_SEMANTIC: ChunkStrategy
+CHUNK_UNIT_TOKENS: ChunkUnit
+CHUNK_UNIT_WORDS: ChunkUnit
+CHUNK_UNIT_CHARS: ChunkUnit
+RESULT_ORDER_SCORE: ResultOrder
+RESULT_ORDER_POSITION: ResultOrder
+
+class CollectionSettings(_message.Message):
+    __slots__ = ("budget_tokenizer", "default_chunking", "section_tokens")
+    BUDGET_TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_CHUNKING_FIELD_NUMBER: _ClassVar[int]
+    SECTION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    budget_tokenizer: str
+    default_chunking: ChunkingOptions
+    section_tokens: int
+    def __init__(self, budget_tokenizer: _Optional[str] = ..., default_chunking: _Optional[_Union[ChunkingOptions, _Mapping]] = ..., section_tokens: _Optional[int] = ...) -> None: ...
+
+class CollectionStats(_message.Message):
+    __slots__ = ("documents", "sections", "bytes", "generation")
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    SECTIONS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    documents: int
+    sections: int
+    bytes: int
+    generation: int
+    def __init__(self, documents: _Optional[int] = ..., sections: _Optional[int] = ..., bytes: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class CollectionInfo(_message.Message):
+    __slots__ = ("name", "settings", "stats")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    settings: CollectionSettings
+    stats: CollectionStats
+    def __init__(self, name: _Optional[str] = ..., settings: _Optional[_Union[CollectionSettings, _Mapping]] = ..., stats: _Optional[_Union[CollectionStats, _Mapping]] = ...) -> None: ...
+
+class CreateCollectionRequest(_message.Message):
+    __slots__ = ("name", "settings")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    settings: CollectionSettings
+    def __init__(self, name: _Optional[str] = ..., settings: _Optional[_Union[CollectionSettings, _Mapping]] = ...) -> None: ...
+
+class ListCollectionsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListCollectionsResponse(_message.Message):
+    __slots__ = ("collections",)
+    COLLECTIONS_FIELD_NUMBER: _ClassVar[int]
+    collections: _containers.RepeatedCompositeFieldContainer[CollectionInfo]
+    def __init__(self, collections: _Optional[_Iterable[_Union[CollectionInfo, _Mapping]]] = ...) -> None: ...
+
+class GetCollectionRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteCollectionRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteCollectionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SectionBoundary(_message.Message):
+    __slots__ = ("start", "end", "title")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    title: str
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ..., title: _Optional[str] = ...) -> None: ...
+
+class Document(_message.Message):
+    __slots__ = ("id", "title", "text", "format", "metadata", "sections")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    SECTIONS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    title: str
+    text: str
+    format: DocumentFormat
+    metadata: _containers.ScalarMap[str, str]
+    sections: _containers.RepeatedCompositeFieldContainer[SectionBoundary]
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., format: _Optional[_Union[DocumentFormat, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., sections: _Optional[_Iterable[_Union[SectionBoundary, _Mapping]]] = ...) -> None: ...
+
+class UpsertDocumentsRequest(_message.Message):
+    __slots__ = ("collection", "documents", "wait")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    documents: _containers.RepeatedCompositeFieldContainer[Document]
+    wait: bool
+    def __init__(self, collection: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ..., wait: _Optional[bool] = ...) -> None: ...
+
+class DeleteDocumentsRequest(_message.Message):
+    __slots__ = ("collection", "ids", "wait")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    wait: bool
+    def __init__(self, collection: _Optional[str] = ..., ids: _Optional[_Iterable[str]] = ..., wait: _Optional[bool] = ...) -> None: ...
+
+class WriteResponse(_message.Message):
+    __slots__ = ("documents", "sections", "generation")
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    SECTIONS_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    documents: int
+    sections: int
+    generation: int
+    def __init__(self, documents: _Optional[int] = ..., sections: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class ChunkingOptions(_message.Message):
+    __slots__ = ("strategy", "max_tokens", "overlap_tokens", "unit", "separators")
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    SEPARATORS_FIELD_NUMBER: _ClassVar[int]
+    strategy: ChunkStrategy
+    max_tokens: int
+    overlap_tokens: int
+    unit: ChunkUnit
+    separators: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, strategy: _Optional[_Union[ChunkStrategy, str]] = ..., max_tokens: _Optional[int] = ..., overlap_tokens: _Optional[int] = ..., unit: _Optional[_Union[ChunkUnit, str]] = ..., separators: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class MetadataTerm(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: str
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+class Filter(_message.Message):
+    __slots__ = ("metadata", "doc_ids")
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    DOC_IDS_FIELD_NUMBER: _ClassVar[int]
+    metadata: _containers.RepeatedCompositeFieldContainer[MetadataTerm]
+    doc_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, metadata: _Optional[_Iterable[_Union[MetadataTerm, _Mapping]]] = ..., doc_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RetrieveRequest(_message.Message):
+    __slots__ = ("collection", "query", "top_k", "token_budget", "chunking", "filter", "order")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    CHUNKING_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    query: str
+    top_k: int
+    token_budget: int
+    chunking: ChunkingOptions
+    filter: Filter
+    order: ResultOrder
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ..., token_budget: _Optional[int] = ..., chunking: _Optional[_Union[ChunkingOptions, _Mapping]] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., order: _Optional[_Union[ResultOrder, str]] = ...) -> None: ...
+
+class Span(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+
+class ScoreParts(_message.Message):
+    __slots__ = ("bm25", "section", "dense")
+    BM25_FIELD_NUMBER: _ClassVar[int]
+    SECTION_FIELD_NUMBER: _ClassVar[int]
+    DENSE_FIELD_NUMBER: _ClassVar[int]
+    bm25: float
+    section: float
+    dense: float
+    def __init__(self, bm25: _Optional[float] = ..., section: _Optional[float] = ..., dense: _Optional[float] = ...) -> None: ...
+
+class RetrievedChunk(_message.Message):
+    __slots__ = ("doc_id", "section_id", "section_title", "heading_path", "doc_title", "text", "bytes", "chars", "token_count", "score", "score_parts", "strategy", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    SECTION_ID_FIELD_NUMBER: _ClassVar[int]
+    SECTION_TITLE_FIELD_NUMBER: _ClassVar[int]
+    HEADING_PATH_FIELD_NUMBER: _ClassVar[int]
+    DOC_TITLE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHARS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    SCORE_PARTS_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    doc_id: str
+    section_id: str
+    section_title: str
+    heading_path: _containers.RepeatedScalarFieldContainer[str]
+    doc_title: str
+    text: str
+    bytes: Span
+    chars: Span
+    token_count: int
+    score: float
+    score_parts: ScoreParts
+    strategy: ChunkStrategy
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, doc_id: _Optional[str] = ..., section_id: _Optional[str] = ..., section_title: _Optional[str] = ..., heading_path: _Optional[_Iterable[str]] = ..., doc_title: _Optional[str] = ..., text: _Optional[str] = ..., bytes: _Optional[_Union[Span, _Mapping]] = ..., chars: _Optional[_Union[Span, _Mapping]] = ..., token_count: _Optional[int] = ..., score: _Optional[float] = ..., score_parts: _Optional[_Union[ScoreParts, _Mapping]] = ..., strategy: _Optional[_Union[ChunkStrategy, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class StageTiming(_message.Message):
+    __slots__ = ("stage", "micros")
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    MICROS_FIELD_NUMBER: _ClassVar[int]
+    stage: str
+    micros: int
+    def __init__(self, stage: _Optional[str] = ..., micros: _Optional[int] = ...) -> None: ...
+
+class RetrieveResponse(_message.Message):
+    __slots__ = ("chunks", "tokens_used", "token_budget", "generation", "cache_hit", "timings", "sections_considered", "chunks_considered")
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_USED_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CACHE_HIT_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    SECTIONS_CONSIDERED_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_CONSIDERED_FIELD_NUMBER: _ClassVar[int]
+    chunks: _containers.RepeatedCompositeFieldContainer[RetrievedChunk]
+    tokens_used: int
+    token_budget: int
+    generation: int
+    cache_hit: bool
+    timings: _containers.RepeatedCompositeFieldContainer[StageTiming]
+    sections_considered: int
+    chunks_considered: int
+    def __init__(self, chunks: _Optional[_Iterable[_Union[RetrievedChunk, _Mapping]]] = ..., tokens_used: _Optional[int] = ..., token_budget: _Optional[int] = ..., generation: _Optional[int] = ..., cache_hit: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StageTiming, _Mapping]]] = ..., sections_considered: _Optional[int] = ..., chunks_considered: _Optional[int] = ...) -> None: ...

