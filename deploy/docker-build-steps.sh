@@ -3,7 +3,8 @@
 #
 #   deploy/docker-build-steps.sh [OUT_DIR]          (default: deploy/out)
 #
-#   1. every COPY source of the Dockerfile exists;
+#   1. the build context (Dockerfile.dockerignore) holds every COPY source and every target that
+#      Cargo.toml declares;
 #   2. the release build (`cargo build --release --locked --bin lathe`, as the build stage);
 #   3. the models stage: scripts/fetch-models.sh into OUT_DIR/models-stage (seeded from ./models
 #      when present, so nothing is downloaded when the repo's models are already verified);
@@ -27,16 +28,39 @@ target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 dockerfile="$repo/deploy/Dockerfile"
 step() { printf '== %s\n' "$*"; }
 
-step "1/5 Dockerfile COPY sources exist"
+step "1/5 Dockerfile build context"
 # COPY lines without --from copy from the build context (the repository root).
+# Dockerfile.dockerignore excludes everything, then re-includes the build context with `!` lines.
+context="$(sed -n 's|^!\(.*[^/]\)/\{0,1\}$|\1|p' "$repo/deploy/Dockerfile.dockerignore")"
 missing=0
 while read -r source; do
+  [[ "$source" == "." ]] && continue
   if [[ ! -e "$repo/$source" ]]; then
     echo "missing COPY source: $source" >&2
     missing=1
   fi
+  if ! grep -qxF "${source%/}" <<<"$context"; then
+    echo "COPY source $source is not re-included in deploy/Dockerfile.dockerignore" >&2
+    missing=1
+  fi
 done < <(awk '$1 == "COPY" && $2 !~ /^--from=/ { for (i = 2; i < NF; i++) if ($i !~ /^--/) print $i }' "$dockerfile")
 [[ $missing -eq 0 ]]
+# The build stage gets only that context: every target Cargo.toml declares (benches, tests,
+# examples, workspace members) must be inside it, or cargo refuses the manifest.
+python3 - "$repo/Cargo.toml" "$context" <<'PY'
+import sys, tomllib
+manifest = tomllib.load(open(sys.argv[1], "rb"))
+context = {entry.split("/")[0] for entry in sys.argv[2].split()}
+paths = [target.get("path") or f"{folder}/{target.get('name', '')}.rs"
+         for kind, folder in (("bench", "benches"), ("test", "tests"), ("example", "examples"))
+         for target in manifest.get(kind, [])]
+paths += [manifest.get("lib", {}).get("path", "src/lib.rs"), "build.rs", "Cargo.lock"]
+paths += [target.get("path", "src/main.rs") for target in manifest.get("bin", [])]
+paths += manifest.get("workspace", {}).get("members", [])
+outside = [path for path in paths if path.split("/")[0] not in context]
+if outside:
+    sys.exit(f"Cargo.toml needs {outside}, outside the build context of deploy/Dockerfile.dockerignore")
+PY
 
 step "2/5 cargo build ($profile)"
 if [[ "${SKIP_BUILD:-0}" != "1" ]]; then

@@ -1,0 +1,271 @@
+//! Crash safety: 20 rounds of `lathe serve` (the real binary) taking upserts and deletes with
+//! `wait`, killed with SIGKILL at a random moment, restarted and checked: every acknowledged
+//! upsert is there with its latest content, every acknowledged delete is gone, no document is
+//! half-applied (all of its sections present and from one version), and the server answers.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use lathe::api::proto;
+use lathe::api::proto::lathe_client::LatheClient;
+use lathe::index::CollectionIndex;
+
+const ROUNDS: usize = 20;
+const DOCUMENTS: usize = 12;
+const SECTIONS: u64 = 3;
+
+/// What the client knows for sure about one document.
+#[derive(Clone, Debug, PartialEq)]
+enum Known {
+    Absent,
+    /// Present with the content of this write sequence number.
+    Present(u64),
+}
+
+struct Server {
+    child: Child,
+    client: LatheClient<tonic::transport::Channel>,
+}
+
+async fn start(data_dir: &std::path::Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lathe"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--models-dir",
+        ])
+        .arg(models_dir())
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("LATHE_LOG__FILTER", "info")
+        .env("LATHE_STORAGE__WRITER_MEMORY_BYTES", "16000000")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn lathe serve");
+    // The server logs its bound address once indexes are open.
+    let stderr = child.stderr.take().unwrap();
+    let (address_tx, address_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("\"address\":\"").nth(1) {
+                let address: String = rest.chars().take_while(|c| *c != '"').collect();
+                let _ = address_tx.send(address);
+            }
+        }
+    });
+    let address = address_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("server address in the log");
+    let client = LatheClient::connect(format!("http://{address}"))
+        .await
+        .expect("connect");
+    Server { child, client }
+}
+
+fn document_text(doc: usize, sequence: u64) -> (String, Vec<proto::SectionBoundary>) {
+    let mut text = String::new();
+    let mut sections = Vec::new();
+    for part in 0..SECTIONS {
+        let start = text.chars().count() as u64;
+        text.push_str(&format!("Part {part} of doc{doc}: marker{sequence} and some steady words about the subject.\n\n"));
+        sections.push(proto::SectionBoundary {
+            start,
+            end: text.chars().count() as u64 - 2,
+            title: format!("part {part}"),
+        });
+    }
+    (text, sections)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_sigkill_and_nothing_is_half_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut known: HashMap<usize, Known> = (0..DOCUMENTS).map(|d| (d, Known::Absent)).collect();
+    let mut sequence = 0u64;
+    let mut seed = 0x5eed_u64;
+    let mut next_random = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut acknowledged_total = 0;
+    for round in 0..ROUNDS {
+        let mut server = start(dir.path()).await;
+        if round == 0 {
+            create_collection(&mut server.client, "c").await;
+        }
+        // Check everything acknowledged so far before writing more.
+        verify(&mut server.client, dir.path(), &known, None, round).await;
+
+        // Write until killed at a random moment.
+        let kill_after = Duration::from_millis(50 + next_random() % 600);
+        let started = std::time::Instant::now();
+        while started.elapsed() < kill_after {
+            let doc = (next_random() % DOCUMENTS as u64) as usize;
+            sequence += 1;
+            let intended = if next_random() % 4 == 0 {
+                Known::Absent
+            } else {
+                Known::Present(sequence)
+            };
+            let result = match &intended {
+                Known::Absent => server
+                    .client
+                    .delete_documents(proto::DeleteDocumentsRequest {
+                        collection: "c".into(),
+                        ids: vec![format!("doc{doc}")],
+                        wait: true,
+                    })
+                    .await
+                    .map(|_| ()),
+                Known::Present(sequence) => {
+                    let (text, sections) = document_text(doc, *sequence);
+                    let mut document =
+                        document(&format!("doc{doc}"), &text, proto::DocumentFormat::Plain);
+                    document.sections = sections;
+                    server
+                        .client
+                        .upsert_documents(proto::UpsertDocumentsRequest {
+                            collection: "c".into(),
+                            documents: vec![document],
+                            wait: true,
+                        })
+                        .await
+                        .map(|_| ())
+                }
+            };
+            result.expect("write acknowledged");
+            known.insert(doc, intended);
+            acknowledged_total += 1;
+        }
+        let mut in_flight: Option<(usize, Known)> = None;
+        // Start one more write and kill the server while it may be in flight.
+        let doc = (next_random() % DOCUMENTS as u64) as usize;
+        sequence += 1;
+        let (text, sections) = document_text(doc, sequence);
+        let mut pending = document(&format!("doc{doc}"), &text, proto::DocumentFormat::Plain);
+        pending.sections = sections;
+        let mut client = server.client.clone();
+        let pending_write = tokio::spawn(async move {
+            client
+                .upsert_documents(proto::UpsertDocumentsRequest {
+                    collection: "c".into(),
+                    documents: vec![pending],
+                    wait: true,
+                })
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(next_random() % 5)).await;
+        server.child.kill().expect("SIGKILL");
+        let _ = server.child.wait();
+        if let Ok(Ok(_)) = pending_write.await {
+            known.insert(doc, Known::Present(sequence));
+            acknowledged_total += 1;
+        } else {
+            in_flight = Some((doc, Known::Present(sequence)));
+        }
+        let _ = round;
+        // The next round's verify allows the unacknowledged write to have landed or not.
+        let mut server = start(dir.path()).await;
+        verify(
+            &mut server.client,
+            dir.path(),
+            &known,
+            in_flight.as_ref(),
+            round,
+        )
+        .await;
+        if let Some((doc, _)) = in_flight {
+            // Settle the doubt so later rounds compare against one truth.
+            known.insert(doc, current_state(&mut server.client, doc).await);
+        }
+        server.child.kill().unwrap();
+        let _ = server.child.wait();
+    }
+    assert!(
+        acknowledged_total > ROUNDS,
+        "the test must actually write: {acknowledged_total} acknowledged writes"
+    );
+}
+
+async fn current_state(client: &mut LatheClient<tonic::transport::Channel>, doc: usize) -> Known {
+    let mut request = retrieve_request("c", &format!("doc{doc} marker"), 4096);
+    request.filter = Some(proto::Filter {
+        metadata: vec![],
+        doc_ids: vec![format!("doc{doc}")],
+    });
+    let response = retrieve(client, request).await;
+    match response.chunks.first() {
+        None => Known::Absent,
+        Some(chunk) => {
+            let marker = chunk.text.split("marker").nth(1).unwrap_or_default();
+            Known::Present(
+                marker
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect::<String>()
+                    .parse()
+                    .unwrap_or(0),
+            )
+        }
+    }
+}
+
+async fn verify(
+    client: &mut LatheClient<tonic::transport::Channel>,
+    data_dir: &std::path::Path,
+    known: &HashMap<usize, Known>,
+    doubtful: Option<&(usize, Known)>,
+    round: usize,
+) {
+    for (&doc, expected) in known {
+        let state = current_state(client, doc).await;
+        let allowed_doubt = doubtful.is_some_and(|(d, intended)| *d == doc && *intended == state);
+        assert!(
+            state == *expected || allowed_doubt,
+            "round {round}: doc{doc} is {state:?}, acknowledged {expected:?}"
+        );
+    }
+    // Every document whole: all of its sections, all from one version (read from the index files).
+    let index_path = data_dir.join("collections/c/index");
+    let reader_dir = tempfile::tempdir().unwrap();
+    copy_dir(&index_path, reader_dir.path());
+    let index =
+        CollectionIndex::open_or_create(reader_dir.path(), 15 << 20, Duration::from_secs(3600))
+            .expect("open index copy");
+    for doc in 0..DOCUMENTS {
+        let sections = index.document_sections(&format!("doc{doc}")).unwrap();
+        if sections.is_empty() {
+            continue;
+        }
+        let ordinals: Vec<u64> = sections.iter().map(|s| s.0).collect();
+        assert_eq!(
+            ordinals,
+            (0..SECTIONS).collect::<Vec<_>>(),
+            "round {round}: doc{doc} sections {sections:?}"
+        );
+        assert!(
+            sections.iter().all(|s| s.1 == sections[0].1),
+            "round {round}: doc{doc} mixes versions {sections:?}"
+        );
+    }
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() && entry.file_name() != ".tantivy-writer.lock" {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
