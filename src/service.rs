@@ -114,16 +114,24 @@ impl Engine {
         &self,
         requested: &ChunkingSpec,
         collection: &ChunkingSpec,
+        token_budget: u32,
     ) -> Result<ChunkOptions> {
         let limits = &self.config.limits;
         let strategy = requested
             .strategy
             .or(collection.strategy)
             .unwrap_or(Strategy::Sentence);
+        // Unless asked otherwise, no chunk is larger than the whole budget: a caller with a small
+        // budget gets small chunks rather than none.
         let max_size = requested
             .max_tokens
             .or(collection.max_tokens)
-            .unwrap_or(self.config.retrieval.default_chunk_tokens);
+            .unwrap_or_else(|| {
+                self.config
+                    .retrieval
+                    .default_chunk_tokens
+                    .min(token_budget.max(1))
+            });
         let overlap = requested
             .overlap_tokens
             .or(collection.overlap_tokens)
@@ -539,7 +547,11 @@ impl LatheApi for Engine {
         let started = Instant::now();
         self.validate_query(&query)?;
         let collection = self.catalog.get(&query.collection)?;
-        let options = self.resolve_chunking(&query.chunking, &collection.extra.default_chunking)?;
+        let options = self.resolve_chunking(
+            &query.chunking,
+            &collection.extra.default_chunking,
+            query.token_budget,
+        )?;
         let snapshot = collection.index.snapshot();
         let key = ResultKey {
             incarnation: collection.extra.incarnation,

@@ -1,0 +1,5 @@
+#![no_main]
+
+mod common;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| common::check(data, lathe::sections::Format::Html));
