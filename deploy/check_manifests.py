@@ -7,7 +7,8 @@ Catches config rot that a schema cannot see:
   * every lathe.toml (each ConfigMap's, and each --toml file) has only keys that deploy/lathe.toml
     (the server's documented defaults) has, with values of the same TOML type;
   * every LATHE_<SECTION>__<KEY> variable names such a key (the server reads each LATHE_* variable
-    as a key and refuses to start on an unknown one);
+    as a key and refuses to start on an unknown one), and enableServiceLinks is off (Kubernetes
+    would inject LATHE_SERVICE_HOST and friends for the Service named lathe);
   * the StatefulSet agrees with the effective config: the gRPC port of server.listen is the
     container port `grpc` and the probes' port, storage.data_dir is the data volume's mount,
     terminationGracePeriodSeconds covers the preStop sleep plus server.drain_timeout_ms, the
@@ -103,6 +104,12 @@ def check_statefulset(where: str, statefulset: dict, configmaps: dict[str, dict]
     container = containers[0]
     name = statefulset["metadata"]["name"]
     where = f"{where} statefulset/{name}"
+
+    # Kubernetes injects LATHE_SERVICE_HOST, LATHE_PORT, ... for a Service named lathe into every
+    # pod of the namespace unless service links are off; the server would read them as config
+    # keys and refuse to start.
+    if spec.get("enableServiceLinks", True) is not False:
+        fail(where, "enableServiceLinks must be false (service variables LATHE_* break the config)")
 
     environment = container_env(container)
     for variable in environment:

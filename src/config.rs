@@ -215,7 +215,13 @@ impl Config {
             }
             figment = figment.merge(Toml::file(path));
         }
-        figment = figment.merge(Env::prefixed("LATHE_").split("__"));
+        // Only LATHE_<SECTION>__<KEY> names are configuration: Kubernetes injects LATHE_PORT and
+        // friends for a Service named `lathe`, and scripts use LATHE_MODELS_DIR and the like.
+        figment = figment.merge(
+            Env::prefixed("LATHE_")
+                .filter(|key| key.as_str().contains("__"))
+                .split("__"),
+        );
         if let Some(listen) = overrides.listen {
             figment = figment.merge(Serialized::default("server.listen", listen));
         }
@@ -348,6 +354,7 @@ mod tests {
             )?;
             jail.set_env("LATHE_LIMITS__MAX_TOP_K", "20");
             jail.set_env("LATHE_STORAGE__DATA_DIR", "/from/env");
+            jail.set_env("LATHE_PORT", "tcp://10.0.0.1:50051");
             let overrides = ConfigOverrides {
                 data_dir: Some(PathBuf::from("/from/flag")),
                 ..ConfigOverrides::default()

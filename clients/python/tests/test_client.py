@@ -134,6 +134,8 @@ def test_every_strategy_stays_within_every_budget(
         source = {"terns.txt": LONG_PLAIN, "guide.md": MARKDOWN, "volcano.md": VOLCANO}.get(chunk.doc_id)
         if source is not None:
             assert source[chunk.char_span.start : chunk.char_span.end] == chunk.text
+        if strategy == "fixed":
+            assert chunk.token_count <= 32
 
 
 def test_metadata_and_document_filters_apply(lathe: Lathe, docs: str) -> None:
