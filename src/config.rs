@@ -23,6 +23,33 @@ pub struct Config {
     pub retrieval: RetrievalConfig,
     pub cache: CacheConfig,
     pub log: LogConfig,
+    pub tls: TlsConfig,
+    pub auth: AuthConfig,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM certificate chain; TLS is on when this and `key_file` are set.
+    pub cert_file: String,
+    /// PEM private key.
+    pub key_file: String,
+    /// PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS).
+    pub client_ca_file: String,
+}
+
+impl TlsConfig {
+    pub fn enabled(&self) -> bool {
+        !self.cert_file.is_empty() || !self.key_file.is_empty()
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// File of API keys, one `<scope> <key>` a line (`read-only` or `read-write`); empty = no
+    /// authentication. Clients send `authorization: Bearer <key>`; health and reflection stay open.
+    pub api_keys_file: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -30,6 +57,8 @@ pub struct Config {
 pub struct ServerConfig {
     /// gRPC listen address.
     pub listen: SocketAddr,
+    /// HTTP address of the Prometheus `/metrics` endpoint; empty = off.
+    pub metrics_listen: String,
     /// Threads of the bounded CPU pool for search, chunking and inference (0 = one per core).
     pub cpu_threads: usize,
     /// Requests served at once; more are shed with RESOURCE_EXHAUSTED.
@@ -119,6 +148,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            metrics_listen: String::new(),
             cpu_threads: 0,
             max_concurrent_requests: 256,
             request_timeout_ms: 30_000,
@@ -311,6 +341,22 @@ impl Config {
             self.retrieval.section_weight >= 0.0 && self.retrieval.bm25_weight >= 0.0,
             "retrieval weights must not be negative",
         )?;
+        if self.tls.enabled() {
+            check(
+                !self.tls.cert_file.is_empty() && !self.tls.key_file.is_empty(),
+                "tls.cert_file and tls.key_file must be set together",
+            )?;
+        }
+        check(
+            self.tls.client_ca_file.is_empty() || self.tls.enabled(),
+            "tls.client_ca_file needs tls.cert_file and tls.key_file",
+        )?;
+        if !self.server.metrics_listen.is_empty() {
+            check(
+                self.server.metrics_listen.parse::<SocketAddr>().is_ok(),
+                "server.metrics_listen must be an address like 0.0.0.0:9090, or empty",
+            )?;
+        }
         Ok(())
     }
 

@@ -20,6 +20,12 @@ pub enum LatheError {
     /// The server is at its concurrency limit and sheds the request instead of queueing it.
     #[error("server overloaded: {0}")]
     Overloaded(String),
+    /// No valid credentials were presented.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// The credentials do not allow this call.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// The caller's deadline passed before the work finished.
     #[error("deadline exceeded during {stage}")]
     DeadlineExceeded { stage: &'static str },

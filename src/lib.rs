@@ -26,6 +26,7 @@ pub mod index;
 pub mod pipeline;
 pub mod sections;
 pub mod service;
+pub mod telemetry;
 pub mod tokenizer;
 pub mod tokens;
 pub mod types;

@@ -17,6 +17,7 @@ use crate::index::{
 };
 use crate::pipeline::{analyze, coarse, pack, rechunk, score};
 use crate::sections::{self, Format};
+use crate::telemetry::Metrics;
 use crate::tokenizer::BudgetTokenizer;
 use crate::types::{
     ChunkingSpec, CollectionInfo, CollectionSettings, DocumentFormat, DocumentInput, ResultOrder,
@@ -64,13 +65,14 @@ static INCARNATIONS: AtomicU64 = AtomicU64::new(1);
 
 pub struct Engine {
     config: Config,
+    metrics: Arc<Metrics>,
     catalog: Arc<Catalog<CollectionRuntime>>,
     caches: Caches,
     pool: CpuPool,
 }
 
 impl Engine {
-    pub fn open(config: Config) -> Result<Self> {
+    pub fn open(config: Config, metrics: Arc<Metrics>) -> Result<Self> {
         let models_dir = config.models.dir.clone();
         let catalog = Catalog::open(
             &config.storage.data_dir,
@@ -83,6 +85,7 @@ impl Engine {
         let pool = CpuPool::new(config.cpu_threads())?;
         Ok(Self {
             config,
+            metrics,
             catalog,
             caches,
             pool,
@@ -95,6 +98,28 @@ impl Engine {
 
     pub fn caches(&self) -> &Caches {
         &self.caches
+    }
+
+    /// Publishes each collection's size to the metrics (called at scrape time).
+    pub fn record_collection_metrics(&self) {
+        for collection in self.catalog.list() {
+            let Ok(stats) = collection.index.stats() else {
+                continue;
+            };
+            let name = [collection.name.as_str()];
+            self.metrics
+                .collection_documents
+                .with_label_values(&name)
+                .set(stats.documents as i64);
+            self.metrics
+                .collection_sections
+                .with_label_values(&name)
+                .set(stats.sections as i64);
+            self.metrics
+                .collection_bytes
+                .with_label_values(&name)
+                .set(stats.bytes as i64);
+        }
     }
 
     /// Commits and closes every collection.
@@ -326,6 +351,8 @@ pub fn strategy_name(strategy: Strategy) -> &'static str {
         Strategy::Structure => "structure",
         Strategy::Auto => "auto",
         Strategy::Semantic => "semantic",
+        Strategy::Csv => "csv",
+        Strategy::Code => "code",
     }
 }
 
@@ -337,6 +364,8 @@ pub fn strategy_from_name(name: &str) -> Option<Strategy> {
         "structure" => Strategy::Structure,
         "auto" => Strategy::Auto,
         "semantic" => Strategy::Semantic,
+        "csv" => Strategy::Csv,
+        "code" => Strategy::Code,
         _ => return None,
     })
 }
@@ -559,6 +588,10 @@ impl LatheApi for Engine {
             query,
         };
         if let Some(cached) = self.caches.results.get(&key) {
+            self.metrics
+                .cache_lookups
+                .with_label_values(&["result", "hit"])
+                .inc();
             let mut result = (*cached).clone();
             result.cache_hit = true;
             result.timings = vec![
@@ -567,6 +600,10 @@ impl LatheApi for Engine {
             ];
             return Ok(result);
         }
+        self.metrics
+            .cache_lookups
+            .with_label_values(&["result", "miss"])
+            .inc();
         let caches = self.caches.clone();
         let weights = score::Weights {
             bm25: self.config.retrieval.bm25_weight,
@@ -590,6 +627,22 @@ impl LatheApi for Engine {
         result
             .timings
             .push(("total", started.elapsed().as_micros() as u64));
+        for &(stage, micros) in &result.timings {
+            self.metrics
+                .stage_seconds
+                .with_label_values(&[stage])
+                .observe(micros as f64 / 1e6);
+        }
+        let section_misses = result.section_cache_misses as u64;
+        let section_hits = u64::from(result.sections_considered).saturating_sub(section_misses);
+        self.metrics
+            .cache_lookups
+            .with_label_values(&["section", "hit"])
+            .inc_by(section_hits);
+        self.metrics
+            .cache_lookups
+            .with_label_values(&["section", "miss"])
+            .inc_by(section_misses);
         self.caches.results.insert(key, Arc::new(result.clone()));
         Ok(result)
     }
@@ -639,7 +692,7 @@ fn run_pipeline(
     };
     lap("retrieve", &mut timings);
 
-    let analyses = analyze::analyze(
+    let (analyses, section_cache_misses) = analyze::analyze(
         hits.iter().map(|hit| hit.text.as_str()),
         tokenizer,
         &caches.sections,
@@ -666,6 +719,7 @@ fn run_pipeline(
         cache_hit: false,
         timings,
         sections_considered: hits.len() as u32,
+        section_cache_misses,
         chunks_considered: candidates.len() as u32,
         chunks,
     })

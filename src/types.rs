@@ -159,6 +159,8 @@ pub struct RetrieveResult {
     pub timings: Vec<(&'static str, u64)>,
     pub sections_considered: u32,
     pub chunks_considered: u32,
+    /// Sections whose analysis was not cached (for metrics; not sent to clients).
+    pub section_cache_misses: u32,
 }
 
 impl RetrieveResult {

@@ -22,10 +22,12 @@ pub fn strategy_from_proto(value: i32, field: &str) -> Result<Option<Strategy>> 
         Ok(P::Structure) => Strategy::Structure,
         Ok(P::Auto) => Strategy::Auto,
         Ok(P::Semantic) => Strategy::Semantic,
+        Ok(P::Csv) => Strategy::Csv,
+        Ok(P::Code) => Strategy::Code,
         Err(_) => {
             return Err(LatheError::invalid(
                 field,
-                format!("unknown strategy {value}; the allowed values are 0 (collection default) to 6: fixed=1, sentence=2, recursive=3, structure=4, auto=5, semantic=6"),
+                format!("unknown strategy {value}; the allowed values are 0 (collection default) to 8: fixed=1, sentence=2, recursive=3, structure=4, auto=5, semantic=6, csv=7, code=8"),
             ))
         }
     };
@@ -41,6 +43,8 @@ pub fn strategy_to_proto(strategy: Strategy) -> proto::ChunkStrategy {
         Strategy::Structure => P::Structure,
         Strategy::Auto => P::Auto,
         Strategy::Semantic => P::Semantic,
+        Strategy::Csv => P::Csv,
+        Strategy::Code => P::Code,
     }
 }
 
@@ -352,6 +356,7 @@ impl From<RetrieveResult> for proto::RetrieveResponse {
             timings,
             sections_considered,
             chunks_considered,
+            section_cache_misses: _,
         } = result;
         proto::RetrieveResponse {
             chunks: chunks.into_iter().map(Into::into).collect(),
@@ -382,7 +387,7 @@ mod tests {
         let message = error.to_string();
         assert!(
             message.contains("chunking.strategy")
-                && message.contains("0 (collection default) to 6"),
+                && message.contains("0 (collection default) to 8"),
             "{message}"
         );
     }

@@ -1,6 +1,7 @@
 //! The gRPC edge: generated proto types, conversions, the status mapping, thin handlers, and the
 //! server with health and reflection. Proto types and tonic stay in this module.
 
+pub mod auth;
 pub mod convert;
 pub mod grpc;
 pub mod status;
@@ -19,11 +20,12 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::Server;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use crate::config::Config;
 use crate::error::{LatheError, Result};
 use crate::service::Engine;
+use crate::telemetry::Metrics;
 use grpc::GrpcAdapter;
 use proto::lathe_server::LatheServer;
 
@@ -34,14 +36,20 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    let metrics = Arc::new(Metrics::new());
     let engine = Arc::new(
         tokio::task::spawn_blocking({
             let config = config.clone();
-            move || Engine::open(config)
+            let metrics = Arc::clone(&metrics);
+            move || Engine::open(config, metrics)
         })
         .await
         .map_err(|e| LatheError::internal(format!("opening the engine: {e}")))??,
     );
+    let keys = match config.auth.api_keys_file.as_str() {
+        "" => None,
+        path => Some(Arc::new(auth::ApiKeys::load(std::path::Path::new(path))?)),
+    };
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
@@ -54,19 +62,39 @@ pub async fn serve(
         Arc::clone(&engine),
         config.server.max_concurrent_requests,
         config.retrieval.default_top_k,
+        keys,
+        Arc::clone(&metrics),
     );
     let lathe = LatheServer::new(adapter)
         .max_decoding_message_size(limits.max_message_bytes)
         .max_encoding_message_size(limits.max_message_bytes);
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if !config.server.metrics_listen.is_empty() {
+        spawn_metrics_server(
+            &config.server.metrics_listen,
+            Arc::clone(&engine),
+            Arc::clone(&metrics),
+            stop_rx.clone(),
+        )
+        .await?;
+    }
+
+    let mut builder =
+        Server::builder().timeout(Duration::from_millis(config.server.request_timeout_ms));
+    if config.tls.enabled() {
+        builder = builder
+            .tls_config(tls_config(&config.tls)?)
+            .map_err(|e| LatheError::invalid("tls", format!("cannot configure TLS: {e}")))?;
+    }
     // Indexes and models are loaded: ready.
     health_reporter
         .set_serving::<LatheServer<GrpcAdapter<Engine>>>()
         .await;
-
     let address = listener
         .local_addr()
         .map_err(|e| LatheError::io("reading the listen address", e))?;
-    tracing::info!(%address, data_dir = %config.storage.data_dir.display(), "lathe serving");
+    tracing::info!(%address, tls = config.tls.enabled(), data_dir = %config.storage.data_dir.display(), "lathe serving");
 
     let drain = Duration::from_millis(config.server.drain_timeout_ms);
     let (drain_started_tx, drain_started_rx) = tokio::sync::oneshot::channel::<()>();
@@ -75,8 +103,7 @@ pub async fn serve(
         tracing::info!("shutdown requested, draining in-flight requests");
         let _ = drain_started_tx.send(());
     };
-    let server = Server::builder()
-        .timeout(Duration::from_millis(config.server.request_timeout_ms))
+    let server = builder
         .layer(tower::util::MapResponseLayer::new(
             status::rewrite_oversized_response,
         ))
@@ -98,9 +125,70 @@ pub async fn serve(
     health_reporter
         .set_not_serving::<LatheServer<GrpcAdapter<Engine>>>()
         .await;
+    let _ = stop_tx.send(true);
     tokio::task::spawn_blocking(move || engine.shutdown())
         .await
         .map_err(|e| LatheError::internal(format!("closing collections: {e}")))?;
     tracing::info!("lathe stopped");
+    Ok(())
+}
+
+fn tls_config(tls: &crate::config::TlsConfig) -> Result<ServerTlsConfig> {
+    let read = |path: &str, field: &str| {
+        std::fs::read(path)
+            .map_err(|e| LatheError::invalid(field, format!("cannot read {path}: {e}")))
+    };
+    let identity = Identity::from_pem(
+        read(&tls.cert_file, "tls.cert_file")?,
+        read(&tls.key_file, "tls.key_file")?,
+    );
+    let mut config = ServerTlsConfig::new().identity(identity);
+    if !tls.client_ca_file.is_empty() {
+        config = config.client_ca_root(Certificate::from_pem(read(
+            &tls.client_ca_file,
+            "tls.client_ca_file",
+        )?));
+    }
+    Ok(config)
+}
+
+/// Serves `GET /metrics` in the Prometheus text format on its own port.
+async fn spawn_metrics_server(
+    address: &str,
+    engine: Arc<Engine>,
+    metrics: Arc<Metrics>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    let listener = TcpListener::bind(address)
+        .await
+        .map_err(|e| LatheError::io(format!("binding server.metrics_listen {address}"), e))?;
+    let router = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let engine = Arc::clone(&engine);
+            let metrics = Arc::clone(&metrics);
+            async move {
+                // Collection sizes are read at scrape time; a failed read leaves the last value.
+                tokio::task::spawn_blocking(move || {
+                    engine.record_collection_metrics();
+                    metrics.render()
+                })
+                .await
+                .unwrap_or_default()
+            }
+        }),
+    );
+    tracing::info!(address, "metrics serving");
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        };
+        if let Err(error) = axum::serve(listener, router)
+            .with_graceful_shutdown(stopped)
+            .await
+        {
+            tracing::error!(%error, "metrics server failed");
+        }
+    });
     Ok(())
 }

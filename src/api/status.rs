@@ -13,6 +13,8 @@ impl From<LatheError> for Status {
             LatheError::CollectionExists { .. } => Code::AlreadyExists,
             LatheError::TooLarge { .. } => Code::ResourceExhausted,
             LatheError::Overloaded(_) => Code::ResourceExhausted,
+            LatheError::Unauthenticated(_) => Code::Unauthenticated,
+            LatheError::PermissionDenied(_) => Code::PermissionDenied,
             LatheError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
             LatheError::Unavailable(_) => Code::Unavailable,
             LatheError::Index(_) | LatheError::Io { .. } | LatheError::Internal(_) => {

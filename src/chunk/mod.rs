@@ -1,129 +1,193 @@
-//! Query-time chunking (interim: fixed and sentence; the full module replaces this file).
+//! Query-time chunking: re-cuts a retrieved section into fine chunks.
+//!
+//! A section has been tokenized once into [`TokenOffsets`]; every strategy here cuts against those
+//! offsets (never re-tokenizing a candidate piece) and returns byte spans into the section text.
+//!
+//! # Layout
+//! - `mod.rs`: the public types and [`chunk_section`], which routes to a strategy.
+//! - `budget.rs`: the shared cutting primitives (token-bounded cuts, packing units with overlap).
+//! - `segment.rs`: [`sentences`] (UAX #29 plus abbreviation and Thai handling) and clause pieces.
+//! - `fixed.rs`, `sentence.rs`, `recursive.rs`, `structure.rs`, `auto.rs` (CSV rows and source
+//!   code), `semantic.rs`: one strategy each.
+//!
+//! # Guarantees (checked by the property tests in `tests.rs`)
+//! Chunks come in order (starts and ends strictly increase); every non-whitespace char of the
+//! section lies in some chunk; offsets lie on char boundaries; chunks are trimmed of surrounding
+//! whitespace and never empty; `token_count <= max_size` (for `Fixed` in words or chars: at most
+//! `max_size` of that unit); the overlap of two neighbours holds at most `overlap` tokens (units).
+//! The one exception to the size limit: a single char that by itself holds more than `max_size`
+//! tokens (a byte-level BPE can give one emoji several tokens, all widened to the char) becomes a
+//! chunk of its own, since no cut on a char boundary can divide it.
+
+mod auto;
+mod budget;
+mod fixed;
+mod invariants;
+mod recursive;
+mod segment;
+mod semantic;
+mod sentence;
+mod structure;
+#[cfg(test)]
+mod tests;
+
 use std::ops::Range;
 use std::sync::Arc;
 
 use crate::tokens::TokenOffsets;
 
+pub use invariants::check_invariants;
+pub use segment::sentences;
+
+/// How a section is cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Strategy {
+    /// Windows of `max_size` tokens, words or chars with `overlap`.
     Fixed,
+    /// Whole sentences packed up to `max_size` tokens, overlapping by whole trailing sentences.
     Sentence,
+    /// LangChain-style recursive separator splitting with token overlap.
     Recursive,
+    /// Markdown aware: headings start chunks; code, tables and lists stay whole when they fit.
     Structure,
+    /// Looks at the section and routes to `Csv`, `Code`, `Structure` or `Sentence`.
     Auto,
+    /// Breakpoints between sentences from stored sentence similarities.
     Semantic,
+    /// (Added) CSV/TSV: groups of whole rows, the header row reported in [`ChunkSpan::header`].
+    Csv,
+    /// (Added) Source code: top-level blocks (functions, classes) found by indentation and braces.
+    Code,
 }
 
+/// The unit of `max_size` and `overlap` for [`Strategy::Fixed`]; other strategies count tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Unit {
     #[default]
     Tokens,
+    /// UAX #29 words (segments holding a letter or digit).
     Words,
+    /// Unicode scalar values.
     Chars,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ChunkOptions {
     pub strategy: Strategy,
+    /// Largest chunk, in `unit` for `Fixed` and in tokens otherwise; values below 1 act as 1.
     pub max_size: u32,
+    /// Overlap of neighbours, in the same unit; values `>= max_size` act as `max_size - 1`.
     pub overlap: u32,
     pub unit: Unit,
+    /// Separators for `Recursive`, coarsest first; `None` takes [`DEFAULT_SEPARATORS`]. An empty
+    /// string means "between tokens" and is always tried last.
     pub separators: Option<Arc<[String]>>,
 }
 
+/// One chunk: a byte span of the section text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkSpan {
+    /// Start byte, on a char boundary.
     pub start: u32,
+    /// End byte (exclusive), on a char boundary.
     pub end: u32,
+    /// `tokens.count_within(start..end)`.
     pub token_count: u32,
+    /// The strategy that actually cut this chunk (`Auto` reports the routed one).
     pub strategy: Strategy,
+    /// (Added) Byte span of a table header (Markdown header and delimiter rows, or the first CSV
+    /// row) that this chunk continues without holding it: the server prepends it. Its tokens were
+    /// reserved, so `token_count + count_within(header) <= max_size`.
+    pub header: Option<(u32, u32)>,
+    /// (Added) Byte span of the innermost Markdown heading this chunk lies under when the chunk
+    /// does not start with it (`Structure` only): context the server may prepend. Not reserved.
+    pub heading: Option<(u32, u32)>,
 }
 
+/// Sentence data for [`Strategy::Semantic`], computed elsewhere from stored sentence vectors.
 pub struct SemanticInput<'a> {
+    /// Byte ranges of the sentences of the section, in order.
     pub sentences: &'a [Range<u32>],
+    /// Cosine similarity of sentence `i` and `i + 1`; `len == sentences.len() - 1`.
     pub similarities: &'a [f32],
+    pub threshold: SemanticThreshold,
+    /// Groups holding fewer tokens are merged into a neighbour when the merge fits `max_size`.
+    pub min_tokens: u32,
 }
 
-pub fn sentences(text: &str, out: &mut Vec<Range<u32>>) {
-    use unicode_segmentation::UnicodeSegmentation;
-    out.clear();
-    for (start, sentence) in text.split_sentence_bound_indices() {
-        let trimmed = sentence.trim_end();
-        if trimmed.trim_start().is_empty() {
-            continue;
-        }
-        let lead = trimmed.len() - trimmed.trim_start().len();
-        out.push((start + lead) as u32..(start + trimmed.len()) as u32);
+/// LangChain `SemanticChunker` breakpoint rules over distances `1 - similarity`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SemanticThreshold {
+    /// Break where the distance exceeds this percentile of all distances (default 95).
+    Percentile(f32),
+    /// Break where the distance exceeds mean + amount × standard deviation (default 3).
+    StdDev(f32),
+    /// Break where the distance exceeds mean + amount × interquartile range (default 1.5).
+    Interquartile(f32),
+    /// Break where the distance gradient exceeds this percentile of the gradient (default 95).
+    Gradient(f32),
+}
+
+impl Default for SemanticThreshold {
+    fn default() -> Self {
+        Self::Percentile(95.0)
     }
 }
 
+/// Default separators of `Recursive`, coarsest first: paragraph, line, sentence ends (CJK,
+/// Devanagari, Arabic, Myanmar, Latin), clauses, words; then token boundaries.
+pub const DEFAULT_SEPARATORS: &[&str] = &[
+    "\n\n", "\n", "。", "！", "？", "।", "॥", "؟", "۔", "။", ". ", "! ", "? ", "；", "; ", "，",
+    "、", "،", ", ", "：", ": ", " ", "",
+];
+
+/// Cuts `text` (whose tokens are `tokens`) into chunks, replacing the contents of `out`.
+///
+/// `semantic` is only read by [`Strategy::Semantic`]; without it (or with sentence data that does
+/// not match the text) that strategy falls back to [`Strategy::Sentence`].
 pub fn chunk_section(
     text: &str,
     tokens: &TokenOffsets,
     options: &ChunkOptions,
-    _semantic: Option<&SemanticInput>,
+    semantic: Option<&SemanticInput>,
     out: &mut Vec<ChunkSpan>,
 ) {
     out.clear();
-    let max = options.max_size.max(1) as usize;
-    match options.strategy {
-        Strategy::Fixed => {
-            let step = max - (options.overlap as usize).min(max - 1);
-            let mut first = 0;
-            while first < tokens.len() {
-                let last = (first + max).min(tokens.len());
-                out.push(span(tokens, first..last, Strategy::Fixed));
-                if last == tokens.len() {
-                    break;
-                }
-                first += step;
-            }
-        }
-        _ => {
-            let mut sentence_ranges = Vec::new();
-            sentences(text, &mut sentence_ranges);
-            let mut current: Option<Range<usize>> = None;
-            for sentence in sentence_ranges {
-                let token_range =
-                    tokens.tokens_within(sentence.start as usize..sentence.end as usize);
-                if token_range.is_empty() {
-                    continue;
-                }
-                if token_range.len() > max {
-                    if let Some(range) = current.take() {
-                        out.push(span(tokens, range, Strategy::Sentence));
-                    }
-                    let mut first = token_range.start;
-                    while first < token_range.end {
-                        let last = (first + max).min(token_range.end);
-                        out.push(span(tokens, first..last, Strategy::Sentence));
-                        first = last;
-                    }
-                    continue;
-                }
-                current = match current {
-                    Some(range) if token_range.end - range.start <= max => {
-                        Some(range.start..token_range.end)
-                    }
-                    Some(range) => {
-                        out.push(span(tokens, range, Strategy::Sentence));
-                        Some(token_range)
-                    }
-                    None => Some(token_range),
-                };
-            }
-            if let Some(range) = current {
-                out.push(span(tokens, range, Strategy::Sentence));
-            }
-        }
+    // Offsets are u32; a longer section cannot come from ingest, and would be cut wrongly.
+    if text.len() > u32::MAX as usize || text.trim().is_empty() {
+        return;
     }
-}
-
-fn span(tokens: &TokenOffsets, range: Range<usize>, strategy: Strategy) -> ChunkSpan {
-    ChunkSpan {
-        start: tokens.start(range.start) as u32,
-        end: tokens.end(range.end - 1) as u32,
-        token_count: range.len() as u32,
-        strategy,
+    let max_size = options.max_size.max(1);
+    let overlap = options.overlap.min(max_size - 1);
+    let cutter = budget::Cutter {
+        text,
+        tokens,
+        max_tokens: max_size as usize,
+    };
+    match options.strategy {
+        Strategy::Fixed => fixed::chunk(&cutter, options.unit, overlap as usize, out),
+        Strategy::Sentence => sentence::chunk(&cutter, overlap as usize, Strategy::Sentence, out),
+        Strategy::Recursive => recursive::chunk(
+            &cutter,
+            overlap as usize,
+            options.separators.as_deref(),
+            out,
+        ),
+        Strategy::Structure => structure::chunk(&cutter, out),
+        Strategy::Auto => auto::chunk(&cutter, overlap as usize, out),
+        Strategy::Semantic => match semantic {
+            Some(input) if semantic::chunk(&cutter, input, out) => {}
+            _ => {
+                out.clear();
+                sentence::chunk(&cutter, overlap as usize, Strategy::Sentence, out)
+            }
+        },
+        Strategy::Csv => {
+            if !auto::chunk_csv(&cutter, out) {
+                out.clear();
+                sentence::chunk(&cutter, overlap as usize, Strategy::Sentence, out)
+            }
+        }
+        Strategy::Code => auto::chunk_code(&cutter, out),
     }
 }

@@ -15,7 +15,7 @@ pub struct QueryArgs {
     pub budget: u32,
     #[arg(long)]
     pub top_k: Option<u32>,
-    /// fixed, sentence, recursive, structure, auto or semantic (default: the collection's).
+    /// fixed, sentence, recursive, structure, auto, semantic, csv or code (default: the collection's).
     #[arg(long)]
     pub strategy: Option<String>,
     #[arg(long)]
@@ -40,7 +40,7 @@ pub async fn query(args: QueryArgs) -> anyhow::Result<()> {
     let strategy = match args.strategy.as_deref() {
         None => proto::ChunkStrategy::Unspecified,
         Some(name) => proto::ChunkStrategy::from_str_name(&format!("CHUNK_STRATEGY_{}", name.to_ascii_uppercase()))
-            .ok_or_else(|| anyhow::anyhow!("unknown strategy `{name}`: expected fixed, sentence, recursive, structure, auto or semantic"))?,
+            .ok_or_else(|| anyhow::anyhow!("unknown strategy `{name}`: expected fixed, sentence, recursive, structure, auto, semantic, csv or code"))?,
     };
     let unit =
         proto::ChunkUnit::from_str_name(&format!("CHUNK_UNIT_{}", args.unit.to_ascii_uppercase()))

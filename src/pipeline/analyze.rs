@@ -13,21 +13,26 @@ pub fn term_hash(term: &str) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(term)
 }
 
+/// The analysis of each text, in order, and how many were computed rather than found in the cache.
 pub fn analyze(
     texts: impl Iterator<Item = impl AsRef<str>>,
     tokenizer: &BudgetTokenizer,
     cache: &moka::sync::Cache<SectionKey, Arc<SectionAnalysis>>,
-) -> Vec<Arc<SectionAnalysis>> {
+) -> (Vec<Arc<SectionAnalysis>>, u32) {
     let mut analyzer = schema::analyzer();
-    texts
+    let mut misses = 0;
+    let analyses = texts
         .map(|text| {
             let text = text.as_ref();
             let key = SectionKey::new(tokenizer.name(), text);
-            cache.get_with(key, || {
-                Arc::new(analyze_one(text, tokenizer, &mut analyzer))
-            })
+            let entry = cache
+                .entry(key)
+                .or_insert_with(|| Arc::new(analyze_one(text, tokenizer, &mut analyzer)));
+            misses += u32::from(entry.is_fresh());
+            entry.into_value()
         })
-        .collect()
+        .collect();
+    (analyses, misses)
 }
 
 fn analyze_one(

@@ -1,0 +1,7 @@
+#![no_main]
+
+use lathe::chunk::Strategy;
+use lathe_fuzz::{run, Case};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|case: Case| run(Strategy::Auto, case));
