@@ -102,6 +102,7 @@ async fn eval_runs_every_query_at_every_budget_and_writes_the_report() {
         max_tokens: vec![16],
         overlap: 0,
         top_k: 8,
+        baseline_top_k: None,
         ingest_as: "sections".into(),
         with_baselines: false,
         baselines: Some(vec!["recursive-80-0".into()]),

@@ -119,13 +119,14 @@ async fn run_client(
     questions: Arc<Vec<String>>,
     hot: Arc<Vec<usize>>,
     counter: Arc<AtomicU64>,
+    first_request: u64,
     args: Arc<Args>,
     deadline: Instant,
 ) -> ClientStats {
     let mut stats = ClientStats::default();
     while Instant::now() < deadline {
         let i = counter.fetch_add(1, Ordering::Relaxed);
-        if i >= args.max_requests {
+        if i - first_request >= args.max_requests {
             break;
         }
         let (question, budget) = match mode {
@@ -203,16 +204,29 @@ async fn run_writer(
     (writes, errors)
 }
 
+/// The dataset's questions without repeats (the server normalises whitespace, so do we), so a
+/// `miss` run never asks the same thing twice.
+fn distinct_questions(dataset: &Dataset) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    dataset
+        .queries
+        .iter()
+        .map(|q| q.question.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|q| !q.is_empty() && seen.insert(q.clone()))
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn run(
     address: &str,
     mode: Mode,
     clients: usize,
     collection: Arc<str>,
     dataset: Arc<Dataset>,
+    questions: Arc<Vec<String>>,
+    miss_counter: Arc<AtomicU64>,
     args: Arc<Args>,
 ) -> anyhow::Result<RunReport> {
-    let questions: Arc<Vec<String>> =
-        Arc::new(dataset.queries.iter().map(|q| q.question.clone()).collect());
     // Hot set: evenly spread over the questions, deterministic.
     let hot_len = args.hot_set.clamp(1, questions.len());
     let hot: Arc<Vec<usize>> = Arc::new(
@@ -240,7 +254,12 @@ async fn run(
                 .context("warming the cache")?;
         }
     }
-    let counter = Arc::new(AtomicU64::new(0));
+    // `miss` runs continue one shared sequence, so a later run never repeats an earlier request.
+    let counter = match mode {
+        Mode::Miss => miss_counter,
+        Mode::Hit => Arc::new(AtomicU64::new(0)),
+    };
+    let first_request = counter.load(Ordering::Relaxed);
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.seconds);
     let writer = if args.writer {
@@ -264,6 +283,7 @@ async fn run(
                 Arc::clone(&questions),
                 Arc::clone(&hot),
                 Arc::clone(&counter),
+                first_request,
                 Arc::clone(&args),
                 deadline,
             ))
@@ -423,15 +443,18 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
         .await
         .map_err(|s| anyhow::anyhow!("ingesting: {}", s.message()))?
         .into_inner();
+    let questions = Arc::new(distinct_questions(&dataset));
     println!(
-        "lathe-load: {} documents ({} sections), {} distinct questions; budget {}, top_k {}, default chunking; server {}\n",
+        "lathe-load: {} documents ({} sections), {} questions ({} distinct); budget {}, top_k {}, default chunking; server {}\n",
         ingested.documents,
         ingested.sections,
         dataset.queries.len(),
+        questions.len(),
         args.budget,
         args.top_k,
         if server.is_some() { "in-process (loopback gRPC)" } else { address.as_str() },
     );
+    let miss_counter = Arc::new(AtomicU64::new(0));
     let args = Arc::new(args);
     print_header();
     for &clients in &args.clients {
@@ -442,6 +465,8 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
                 clients,
                 Arc::clone(&collection),
                 Arc::clone(&dataset),
+                Arc::clone(&questions),
+                Arc::clone(&miss_counter),
                 Arc::clone(&args),
             )
             .await?;

@@ -55,6 +55,10 @@ pub struct EvalArgs {
     /// Sections retrieved and re-chunked per query.
     #[arg(long, default_value_t = 8)]
     pub top_k: u32,
+    /// Pieces retrieved per query for the baselines (default: --top-k). A baseline returns at
+    /// most this many pieces, so a large budget needs a larger value to be filled.
+    #[arg(long)]
+    pub baseline_top_k: Option<u32>,
     /// Ingest documents as plain text (Lathe cuts sections) or with the dataset's sections.
     #[arg(long = "as", value_parser = ["plain", "sections"], default_value = "plain")]
     pub ingest_as: String,
@@ -431,12 +435,16 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
                 SystemKind::Baseline(i) => Some(i),
                 SystemKind::Lathe { .. } => None,
             };
+            let top_k = match baseline_index {
+                Some(_) => args.baseline_top_k.unwrap_or(args.top_k),
+                None => args.top_k,
+            };
             let requests = query_indices.iter().copied().map(|query_index| {
                 let mut client = client.clone();
                 let request = proto::RetrieveRequest {
                     collection: collection.clone(),
                     query: dataset.queries[query_index].question.clone(),
-                    top_k: Some(args.top_k),
+                    top_k: Some(top_k),
                     token_budget: budget,
                     chunking: Some(chunking.clone()),
                     filter: None,
@@ -568,13 +576,14 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     budgets.dedup();
     let table = report::markdown(&cells, &labels, &budgets);
     let header = format!(
-        "## lathe eval: {}\n\n{} of {} queries (seed {}), {} documents; top_k {}, overlap {} tokens; server {}; concurrency {}; {} retrieves in {:.1} s. Latency is client-side wall time per Retrieve over loopback gRPC. Budgets and recounts in the MiniLM tokenizer (no special tokens).\n\n{}\n",
+        "## lathe eval: {}\n\n{} of {} queries (seed {}), {} documents; top_k {} (baselines {}), overlap {} tokens; server {}; concurrency {}; {} retrieves in {:.1} s. Latency is client-side wall time per Retrieve over loopback gRPC. Budgets and recounts in the MiniLM tokenizer (no special tokens).\n\n{}\n",
         args.dataset.display(),
         query_indices.len(),
         dataset.queries.len(),
         args.seed,
         dataset.documents.len(),
         args.top_k,
+        args.baseline_top_k.unwrap_or(args.top_k),
         args.overlap,
         if args.addr.is_some() { address.as_str() } else { "in-process (loopback)" },
         args.concurrency.max(1),
