@@ -22,6 +22,7 @@ pub mod cli;
 pub mod config;
 pub mod cpu_pool;
 pub mod error;
+pub mod eval;
 pub mod index;
 pub mod pipeline;
 pub mod sections;

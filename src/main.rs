@@ -40,6 +40,8 @@ enum Command {
     Ingest(cli::IngestArgs),
     /// Retrieve chunks for a question and print them with scores and offsets.
     Query(cli::QueryArgs),
+    /// Evaluate retrieval quality and latency on a dataset (docs.jsonl, queries.jsonl) over gRPC.
+    Eval(cli::EvalArgs),
 }
 
 fn parse_log_format(value: &str) -> Result<LogFormat, String> {
@@ -83,6 +85,7 @@ fn main() -> ExitCode {
             }
             Command::Ingest(args) => cli::ingest(args).await,
             Command::Query(args) => cli::query(args).await,
+            Command::Eval(args) => cli::eval(args).await,
         }
     });
     match result {

@@ -1,9 +1,11 @@
 //! Command-line front ends. `serve` runs the server; `ingest` and `query` are gRPC clients, so
 //! they exercise exactly what an application sees.
 
+mod eval;
 mod ingest;
 mod query;
 
+pub use eval::{eval, EvalArgs};
 pub use ingest::{ingest, IngestArgs};
 pub use query::{query, QueryArgs};
 

@@ -1,0 +1,327 @@
+//! Criterion benchmarks of the query-time stages on real squad-a sections.
+//!
+//! What it measures: the library functions the service runs per query, on the workload of 16
+//! squad-a questions (every 300th of queries.jsonl), each with 8 retrieved sections: the gold
+//! paragraph and the 7 paragraphs after it in its article (wrapping), i.e. what a top-8 coarse
+//! search returns when it finds the right place. One iteration processes all 16 queries:
+//! - `analyze/cold`: budget-token offsets (MiniLM tokenizer) and BM25 term positions of the 8
+//!   sections, with an empty section cache (what a never-seen section costs);
+//! - `analyze/section_cache_hit`: the same with every section already cached;
+//! - `rechunk/<strategy>-<max>`: cutting the 8 sections into candidate chunks;
+//! - `score`: chunk BM25 + section prior, sorted;
+//! - `pack/<budget>`: greedy packing plus the exact recount with the budget tokenizer;
+//! - `result_cache_hit`: the result-cache lookup and clone of a whole answer (budget 512), the
+//!   work of a repeated request before the gRPC encoding.
+//!
+//! Run: `cargo bench --bench stages` (needs ./models, see scripts/fetch-models.sh, and the dataset
+//! at ../shared/eval/squad-a; override with LATHE_MODELS_DIR and LATHE_SQUAD_DIR).
+//! Quick run: `cargo bench --bench stages -- --warm-up-time 1 --measurement-time 3`.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+
+use lathe::cache::{Caches, ResultKey, SectionAnalysis};
+use lathe::chunk::{ChunkOptions, Strategy, Unit};
+use lathe::eval::Dataset;
+use lathe::index::SectionHit;
+use lathe::pipeline::analyze::{analyze, term_hash};
+use lathe::pipeline::pack::pack;
+use lathe::pipeline::rechunk::rechunk;
+use lathe::pipeline::score::{score, QueryTerms, Weights};
+use lathe::pipeline::Candidate;
+use lathe::tokenizer::BudgetTokenizer;
+use lathe::types::{
+    ChunkingSpec, Filter, ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk,
+};
+
+const QUERIES: usize = 16;
+const SECTIONS_PER_QUERY: usize = 8;
+const WEIGHTS: Weights = Weights {
+    bm25: 1.0,
+    section: 0.5,
+};
+
+struct Workload {
+    tokenizer: BudgetTokenizer,
+    /// Per query: its hits, analyses and analysed terms.
+    queries: Vec<(Vec<SectionHit>, QueryTerms)>,
+}
+
+fn manifest_path(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(default))
+}
+
+fn analysed_terms(text: &str) -> Vec<u64> {
+    let mut analyzer = lathe::index::schema::analyzer();
+    let mut stream = analyzer.token_stream(text);
+    let mut terms = Vec::new();
+    while stream.advance() {
+        terms.push(term_hash(&stream.token().text));
+    }
+    terms
+}
+
+fn load() -> Workload {
+    let models = manifest_path("LATHE_MODELS_DIR", "models");
+    let squad = manifest_path("LATHE_SQUAD_DIR", "../shared/eval/squad-a");
+    let tokenizer =
+        BudgetTokenizer::resolve("minilm", &models).expect("MiniLM tokenizer in models/");
+    let dataset = Dataset::load(&squad).expect("squad-a dataset");
+
+    // Paragraph texts, and document frequencies of analysed terms over all paragraphs (BM25 idf
+    // over sections, as the index computes it).
+    let mut paragraphs: Vec<Vec<String>> = Vec::new();
+    let mut document_frequency: HashMap<u64, u32> = HashMap::new();
+    for document in &dataset.documents {
+        let chars: Vec<usize> = document
+            .text
+            .char_indices()
+            .map(|(b, _)| b)
+            .chain(std::iter::once(document.text.len()))
+            .collect();
+        let texts: Vec<String> = document
+            .sections
+            .iter()
+            .map(|s| document.text[chars[s.start as usize]..chars[s.end as usize]].to_string())
+            .collect();
+        for text in &texts {
+            let mut terms = analysed_terms(text);
+            terms.sort_unstable();
+            terms.dedup();
+            for term in terms {
+                *document_frequency.entry(term).or_default() += 1;
+            }
+        }
+        paragraphs.push(texts);
+    }
+    let total_sections: usize = paragraphs.iter().map(Vec::len).sum();
+
+    let mut queries = Vec::new();
+    for query in dataset.queries.iter().step_by(300).take(QUERIES) {
+        let doc_index = dataset.document_index[&query.doc_id];
+        let texts = &paragraphs[doc_index];
+        let first = query.gold_sections.first().copied().unwrap_or(0);
+        let hits: Vec<SectionHit> = (0..SECTIONS_PER_QUERY)
+            .map(|i| {
+                let ordinal = (first + i) % texts.len();
+                SectionHit {
+                    score: 10.0 - i as f32,
+                    doc_id: query.doc_id.clone(),
+                    ordinal: ordinal as u64,
+                    version: 0,
+                    doc_title: String::new(),
+                    heading_path: Vec::new(),
+                    text: texts[ordinal].clone(),
+                    byte_start: 0,
+                    char_start: 0,
+                    metadata: Default::default(),
+                }
+            })
+            .collect();
+        let mut hashes = analysed_terms(&query.question);
+        hashes.sort_unstable();
+        hashes.dedup();
+        let idf = hashes
+            .iter()
+            .map(|h| {
+                let df = document_frequency.get(h).copied().unwrap_or(0) as f32;
+                (1.0 + (total_sections as f32 - df + 0.5) / (df + 0.5)).ln()
+            })
+            .collect();
+        queries.push((hits, QueryTerms { hashes, idf }));
+    }
+    Workload { tokenizer, queries }
+}
+
+fn options(strategy: Strategy, max_size: u32) -> ChunkOptions {
+    ChunkOptions {
+        strategy,
+        max_size,
+        overlap: 0,
+        unit: Unit::Tokens,
+        separators: None,
+    }
+}
+
+fn stages(c: &mut Criterion) {
+    let workload = load();
+    let caches = Caches::new(64 << 20, 256 << 20);
+    let analyses: Vec<Vec<Arc<SectionAnalysis>>> = workload
+        .queries
+        .iter()
+        .map(|(hits, _)| {
+            analyze(
+                hits.iter().map(|h| h.text.as_str()),
+                &workload.tokenizer,
+                &caches.sections,
+            )
+        })
+        .collect();
+    let sentence_128 = options(Strategy::Sentence, 128);
+    let scored: Vec<Vec<Candidate>> = workload
+        .queries
+        .iter()
+        .zip(&analyses)
+        .map(|((hits, terms), analyses)| {
+            let mut candidates = rechunk(hits, analyses, &sentence_128);
+            score(&mut candidates, hits, analyses, terms, WEIGHTS);
+            candidates
+        })
+        .collect();
+
+    let mut group = c.benchmark_group("stages");
+    group.throughput(Throughput::Elements(QUERIES as u64));
+
+    group.bench_function("analyze/cold", |b| {
+        b.iter_batched(
+            || Caches::new(1 << 20, 256 << 20),
+            |fresh| {
+                for (hits, _) in &workload.queries {
+                    black_box(analyze(
+                        hits.iter().map(|h| h.text.as_str()),
+                        &workload.tokenizer,
+                        &fresh.sections,
+                    ));
+                }
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("analyze/section_cache_hit", |b| {
+        b.iter(|| {
+            for (hits, _) in &workload.queries {
+                black_box(analyze(
+                    hits.iter().map(|h| h.text.as_str()),
+                    &workload.tokenizer,
+                    &caches.sections,
+                ));
+            }
+        })
+    });
+    for (name, chunk_options) in [
+        ("rechunk/sentence-128", sentence_128.clone()),
+        ("rechunk/sentence-64", options(Strategy::Sentence, 64)),
+        ("rechunk/fixed-128", options(Strategy::Fixed, 128)),
+        ("rechunk/fixed-64", options(Strategy::Fixed, 64)),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                for ((hits, _), analyses) in workload.queries.iter().zip(&analyses) {
+                    black_box(rechunk(hits, analyses, &chunk_options));
+                }
+            })
+        });
+    }
+    let unscored: Vec<Vec<Candidate>> = workload
+        .queries
+        .iter()
+        .zip(&analyses)
+        .map(|((hits, _), analyses)| rechunk(hits, analyses, &sentence_128))
+        .collect();
+    group.bench_function("score/sentence-128", |b| {
+        b.iter_batched(
+            || unscored.clone(),
+            |mut all| {
+                for (((hits, terms), analyses), candidates) in
+                    workload.queries.iter().zip(&analyses).zip(all.iter_mut())
+                {
+                    score(candidates, hits, analyses, terms, WEIGHTS);
+                }
+                all
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    for budget in [128u32, 512, 1024] {
+        group.bench_function(format!("pack/{budget}"), |b| {
+            b.iter(|| {
+                for (((hits, _), analyses), candidates) in
+                    workload.queries.iter().zip(&analyses).zip(&scored)
+                {
+                    black_box(pack(
+                        candidates,
+                        hits,
+                        analyses,
+                        budget,
+                        &workload.tokenizer,
+                    ));
+                }
+            })
+        });
+    }
+
+    // Whole answers in the result cache, keyed as the service keys them.
+    let keys: Vec<ResultKey> = workload
+        .queries
+        .iter()
+        .enumerate()
+        .zip(&analyses)
+        .zip(&scored)
+        .map(|(((i, (hits, _)), analyses), candidates)| {
+            let spans = pack(candidates, hits, analyses, 512, &workload.tokenizer);
+            let chunks = spans
+                .iter()
+                .map(|span| {
+                    let hit = &hits[span.section as usize];
+                    let text = hit.text[span.start as usize..span.end as usize].to_string();
+                    RetrievedChunk {
+                        doc_id: hit.doc_id.clone(),
+                        section_ordinal: hit.ordinal,
+                        heading_path: Vec::new(),
+                        doc_title: hit.doc_title.clone(),
+                        bytes: span.start as u64..span.end as u64,
+                        chars: 0..text.chars().count() as u64,
+                        text,
+                        token_count: span.token_count,
+                        score: span.score,
+                        parts: span.parts,
+                        strategy: span.strategy,
+                        metadata: Default::default(),
+                    }
+                })
+                .collect();
+            let key = ResultKey {
+                incarnation: 1,
+                generation: 1,
+                query: RetrieveQuery {
+                    collection: "squad".into(),
+                    query: format!("question {i}"),
+                    top_k: 8,
+                    token_budget: 512,
+                    chunking: ChunkingSpec::default(),
+                    filter: Filter::default(),
+                    order: ResultOrder::Score,
+                },
+            };
+            let result = RetrieveResult {
+                chunks,
+                tokens_used: spans.iter().map(|s| s.token_count).sum(),
+                token_budget: 512,
+                generation: 1,
+                ..Default::default()
+            };
+            caches.results.insert(key.clone(), Arc::new(result));
+            key
+        })
+        .collect();
+    group.bench_function("result_cache_hit", |b| {
+        b.iter(|| {
+            for key in &keys {
+                let cached = caches.results.get(key).expect("inserted above");
+                let mut result = (*cached).clone();
+                result.cache_hit = true;
+                black_box(result);
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, stages);
+criterion_main!(benches);

@@ -1,0 +1,506 @@
+//! `lathe-load`: a load generator of real tonic clients against a Lathe server over loopback.
+//!
+//! It ingests a dataset's documents (docs.jsonl, e.g. shared/eval/squad-a) into a fresh collection
+//! and asks the dataset's questions (queries.jsonl) from N concurrent clients, each on its own
+//! HTTP/2 connection, for a fixed time; it reports QPS, latency percentiles, errors by gRPC code and
+//! the share of answers served from the result cache. Modes:
+//! - `miss`: every request is new to the result cache: clients walk through the distinct
+//!   questions, and each new pass over them raises the budget by one token, so no (question,
+//!   budget) pair repeats. The per-section analysis cache is content-addressed and still warms
+//!   up, as it would in production; only whole answers are never reused.
+//! - `hit`: a small set of questions at one budget, asked once before timing starts, then repeated.
+//! - `--writer`: during each run, one more client upserts documents continuously (`wait`: each
+//!   write commits and moves the generation, which invalidates cached answers).
+//!
+//! Without `--addr` the server runs in this process on a port-0 loopback listener, sharing the
+//! machine's cores with the clients. Bounded by `--seconds` and `--max-requests`.
+//!
+//! Example: `lathe-load ../shared/eval/squad-a --clients 1,8 --seconds 20 --mode miss,hit`
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use tonic::transport::Channel;
+
+use lathe::api::proto;
+use lathe::api::proto::lathe_client::LatheClient;
+use lathe::eval::server::InProcessServer;
+use lathe::eval::{percentile, Dataset};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lathe-load",
+    about = "Load generator for a Lathe server (loopback gRPC)"
+)]
+struct Args {
+    /// Folder with docs.jsonl and queries.jsonl.
+    dataset: PathBuf,
+    /// A running server (loopback only); without it one is started in this process.
+    #[arg(long)]
+    addr: Option<String>,
+    #[arg(long, default_value = "./models")]
+    models_dir: PathBuf,
+    /// CPU pool threads of the in-process server (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    cpu_threads: usize,
+    /// Concurrent clients; several values (comma-separated) run one after another.
+    #[arg(long, value_delimiter = ',', default_value = "8")]
+    clients: Vec<usize>,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 20)]
+    seconds: u64,
+    /// miss, hit, or both (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "miss,hit")]
+    mode: Vec<String>,
+    /// Run a concurrent writer that upserts documents during each run.
+    #[arg(long)]
+    writer: bool,
+    #[arg(long, default_value_t = 512)]
+    budget: u32,
+    #[arg(long, default_value_t = 8)]
+    top_k: u32,
+    /// Questions repeated in `hit` mode.
+    #[arg(long, default_value_t = 32)]
+    hot_set: usize,
+    /// Upper bound on requests per run.
+    #[arg(long, default_value_t = 2_000_000)]
+    max_requests: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Miss,
+    Hit,
+}
+
+#[derive(Default)]
+struct ClientStats {
+    latencies_us: Vec<u32>,
+    errors: BTreeMap<String, u64>,
+    cache_hits: u64,
+}
+
+struct RunReport {
+    mode: Mode,
+    clients: usize,
+    writer: bool,
+    seconds: f64,
+    requests: u64,
+    ok: u64,
+    latencies_us: Vec<u32>,
+    errors: BTreeMap<String, u64>,
+    cache_hits: u64,
+    writes: u64,
+    write_errors: u64,
+}
+
+fn is_loopback(address: &str) -> bool {
+    let host = address
+        .trim_start_matches("http://")
+        .rsplit_once(':')
+        .map_or(address, |(host, _)| host);
+    matches!(host, "127.0.0.1" | "localhost" | "[::1]" | "::1")
+}
+
+async fn connect(address: &str) -> anyhow::Result<LatheClient<Channel>> {
+    lathe::cli::connect(address).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_client(
+    mut client: LatheClient<Channel>,
+    mode: Mode,
+    collection: Arc<str>,
+    questions: Arc<Vec<String>>,
+    hot: Arc<Vec<usize>>,
+    counter: Arc<AtomicU64>,
+    first_request: u64,
+    args: Arc<Args>,
+    deadline: Instant,
+) -> ClientStats {
+    let mut stats = ClientStats::default();
+    while Instant::now() < deadline {
+        let i = counter.fetch_add(1, Ordering::Relaxed);
+        if i - first_request >= args.max_requests {
+            break;
+        }
+        let (question, budget) = match mode {
+            Mode::Miss => {
+                let pass = i / questions.len() as u64;
+                (
+                    questions[(i % questions.len() as u64) as usize].clone(),
+                    args.budget.saturating_add(pass as u32),
+                )
+            }
+            Mode::Hit => (
+                questions[hot[(i % hot.len() as u64) as usize]].clone(),
+                args.budget,
+            ),
+        };
+        let request = proto::RetrieveRequest {
+            collection: collection.to_string(),
+            query: question,
+            top_k: Some(args.top_k),
+            token_budget: budget,
+            ..Default::default()
+        };
+        let sent = Instant::now();
+        let result = client.retrieve(request).await;
+        let micros = sent.elapsed().as_micros().min(u32::MAX as u128) as u32;
+        match result {
+            Ok(response) => {
+                stats.latencies_us.push(micros);
+                if response.into_inner().cache_hit {
+                    stats.cache_hits += 1;
+                }
+            }
+            Err(status) => {
+                *stats
+                    .errors
+                    .entry(format!("{:?}", status.code()))
+                    .or_default() += 1;
+            }
+        }
+    }
+    stats
+}
+
+async fn run_writer(
+    mut client: LatheClient<Channel>,
+    collection: Arc<str>,
+    dataset: Arc<Dataset>,
+    deadline: Instant,
+) -> (u64, u64) {
+    let (mut writes, mut errors) = (0u64, 0u64);
+    let mut revision = 0u64;
+    while Instant::now() < deadline {
+        let source = &dataset.documents[(revision as usize) % dataset.documents.len()];
+        // A new revision of one of 16 extra documents: real text, so the index really changes.
+        let document = proto::Document {
+            id: format!("writer-{}", revision % 16),
+            title: source.title.clone(),
+            text: format!("{}\n\nRevision {revision}.", source.text),
+            format: proto::DocumentFormat::Plain as i32,
+            ..Default::default()
+        };
+        revision += 1;
+        let result = client
+            .upsert_documents(proto::UpsertDocumentsRequest {
+                collection: collection.to_string(),
+                documents: vec![document],
+                wait: true,
+            })
+            .await;
+        match result {
+            Ok(_) => writes += 1,
+            Err(_) => errors += 1,
+        }
+    }
+    (writes, errors)
+}
+
+/// The dataset's questions without repeats (the server normalises whitespace, so do we), so a
+/// `miss` run never asks the same thing twice.
+fn distinct_questions(dataset: &Dataset) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    dataset
+        .queries
+        .iter()
+        .map(|q| q.question.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|q| !q.is_empty() && seen.insert(q.clone()))
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    address: &str,
+    mode: Mode,
+    clients: usize,
+    collection: Arc<str>,
+    dataset: Arc<Dataset>,
+    questions: Arc<Vec<String>>,
+    miss_counter: Arc<AtomicU64>,
+    args: Arc<Args>,
+) -> anyhow::Result<RunReport> {
+    // Hot set: evenly spread over the questions, deterministic.
+    let hot_len = args.hot_set.clamp(1, questions.len());
+    let hot: Arc<Vec<usize>> = Arc::new(
+        (0..hot_len)
+            .map(|i| i * questions.len() / hot_len)
+            .collect(),
+    );
+    let mut connections = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        connections.push(connect(address).await?);
+    }
+    if mode == Mode::Hit {
+        // Warm the result cache so the timed run measures hits.
+        let mut client = connections[0].clone();
+        for &q in hot.iter() {
+            client
+                .retrieve(proto::RetrieveRequest {
+                    collection: collection.to_string(),
+                    query: questions[q].clone(),
+                    top_k: Some(args.top_k),
+                    token_budget: args.budget,
+                    ..Default::default()
+                })
+                .await
+                .context("warming the cache")?;
+        }
+    }
+    // `miss` runs continue one shared sequence, so a later run never repeats an earlier request.
+    let counter = match mode {
+        Mode::Miss => miss_counter,
+        Mode::Hit => Arc::new(AtomicU64::new(0)),
+    };
+    let first_request = counter.load(Ordering::Relaxed);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(args.seconds);
+    let writer = if args.writer {
+        let client = connect(address).await?;
+        Some(tokio::spawn(run_writer(
+            client,
+            Arc::clone(&collection),
+            Arc::clone(&dataset),
+            deadline,
+        )))
+    } else {
+        None
+    };
+    let tasks: Vec<_> = connections
+        .into_iter()
+        .map(|client| {
+            tokio::spawn(run_client(
+                client,
+                mode,
+                Arc::clone(&collection),
+                Arc::clone(&questions),
+                Arc::clone(&hot),
+                Arc::clone(&counter),
+                first_request,
+                Arc::clone(&args),
+                deadline,
+            ))
+        })
+        .collect();
+    let mut report = RunReport {
+        mode,
+        clients,
+        writer: args.writer,
+        seconds: 0.0,
+        requests: 0,
+        ok: 0,
+        latencies_us: Vec::new(),
+        errors: BTreeMap::new(),
+        cache_hits: 0,
+        writes: 0,
+        write_errors: 0,
+    };
+    for task in tasks {
+        let stats = task.await.context("client task panicked")?;
+        report.latencies_us.extend(stats.latencies_us);
+        report.cache_hits += stats.cache_hits;
+        for (code, count) in stats.errors {
+            *report.errors.entry(code).or_default() += count;
+        }
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    if let Some(writer) = writer {
+        let (writes, errors) = writer.await.context("writer task panicked")?;
+        report.writes = writes;
+        report.write_errors = errors;
+    }
+    report.ok = report.latencies_us.len() as u64;
+    report.requests = report.ok + report.errors.values().sum::<u64>();
+    report.latencies_us.sort_unstable();
+    Ok(report)
+}
+
+fn print_header() {
+    println!("| mode | clients | writer | seconds | requests | QPS | p50 ms | p95 ms | p99 ms | cache hits | errors | writes/s |");
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+}
+
+fn print_row(report: &RunReport) {
+    let ms = |p: f64| percentile(&report.latencies_us, p) as f64 / 1e3;
+    let errors = if report.errors.is_empty() {
+        "none".to_string()
+    } else {
+        report
+            .errors
+            .iter()
+            .map(|(code, count)| format!("{code}: {count}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let writes = if report.writer {
+        format!(
+            "{:.1}{}",
+            report.writes as f64 / report.seconds,
+            if report.write_errors > 0 {
+                format!(" ({} failed)", report.write_errors)
+            } else {
+                String::new()
+            }
+        )
+    } else {
+        "–".to_string()
+    };
+    println!(
+        "| {} | {} | {} | {:.1} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1}% | {} | {} |",
+        match report.mode {
+            Mode::Miss => "miss",
+            Mode::Hit => "hit",
+        },
+        report.clients,
+        if report.writer { "yes" } else { "no" },
+        report.seconds,
+        report.requests,
+        report.ok as f64 / report.seconds,
+        ms(50.0),
+        ms(95.0),
+        ms(99.0),
+        100.0 * report.cache_hits as f64 / report.ok.max(1) as f64,
+        errors,
+        writes,
+    );
+}
+
+async fn main_async(args: Args) -> anyhow::Result<()> {
+    let modes: Vec<Mode> = args
+        .mode
+        .iter()
+        .map(|m| match m.as_str() {
+            "miss" => Ok(Mode::Miss),
+            "hit" => Ok(Mode::Hit),
+            other => Err(anyhow::anyhow!(
+                "unknown mode `{other}`: expected miss or hit"
+            )),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if args.clients.is_empty() || args.clients.contains(&0) {
+        anyhow::bail!("--clients needs positive client counts");
+    }
+    if args.seconds == 0 || args.seconds > 600 {
+        anyhow::bail!("--seconds must be in 1..=600");
+    }
+    if let Some(address) = &args.addr {
+        if !is_loopback(address) {
+            anyhow::bail!("--addr must be a loopback address (127.0.0.1, localhost or [::1])");
+        }
+    }
+    let dataset = Arc::new(Dataset::load(&args.dataset)?);
+    if dataset.queries.is_empty() || dataset.documents.is_empty() {
+        anyhow::bail!("the dataset needs documents and queries");
+    }
+    let server = match &args.addr {
+        Some(_) => None,
+        None => Some(InProcessServer::start(&args.models_dir, args.cpu_threads).await?),
+    };
+    let address = match (&args.addr, &server) {
+        (Some(address), _) => address.clone(),
+        (None, Some(server)) => server.addr(),
+        (None, None) => unreachable!("a server was started"),
+    };
+    let mut client = connect(&address).await?;
+    let collection: Arc<str> = Arc::from(format!(
+        "load-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    ));
+    client
+        .create_collection(proto::CreateCollectionRequest {
+            name: collection.to_string(),
+            settings: None,
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("creating the collection: {}", s.message()))?;
+    let documents: Vec<proto::Document> = dataset
+        .documents
+        .iter()
+        .map(|d| proto::Document {
+            id: d.doc_id.clone(),
+            title: d.title.clone(),
+            text: d.text.clone(),
+            format: proto::DocumentFormat::Plain as i32,
+            ..Default::default()
+        })
+        .collect();
+    let ingested = client
+        .upsert_documents(proto::UpsertDocumentsRequest {
+            collection: collection.to_string(),
+            documents,
+            wait: true,
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("ingesting: {}", s.message()))?
+        .into_inner();
+    let questions = Arc::new(distinct_questions(&dataset));
+    println!(
+        "lathe-load: {} documents ({} sections), {} questions ({} distinct); budget {}, top_k {}, default chunking; server {}\n",
+        ingested.documents,
+        ingested.sections,
+        dataset.queries.len(),
+        questions.len(),
+        args.budget,
+        args.top_k,
+        if server.is_some() { "in-process (loopback gRPC)" } else { address.as_str() },
+    );
+    let miss_counter = Arc::new(AtomicU64::new(0));
+    let args = Arc::new(args);
+    print_header();
+    for &clients in &args.clients {
+        for &mode in &modes {
+            let report = run(
+                &address,
+                mode,
+                clients,
+                Arc::clone(&collection),
+                Arc::clone(&dataset),
+                Arc::clone(&questions),
+                Arc::clone(&miss_counter),
+                Arc::clone(&args),
+            )
+            .await?;
+            print_row(&report);
+        }
+    }
+    let _ = client
+        .delete_collection(proto::DeleteCollectionRequest {
+            name: collection.to_string(),
+        })
+        .await;
+    if let Some(server) = server {
+        server.stop().await?;
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("lathe-load: cannot start the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(main_async(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("lathe-load: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
