@@ -161,6 +161,7 @@ fn stages(c: &mut Criterion) {
                 &workload.tokenizer,
                 &caches.sections,
             )
+            .0
         })
         .collect();
     let sentence_128 = options(Strategy::Sentence, 128);
