@@ -43,6 +43,7 @@ const SECTIONS_PER_QUERY: usize = 8;
 const WEIGHTS: Weights = Weights {
     bm25: 1.0,
     section: 0.5,
+    dense: 1.0,
 };
 
 struct Workload {
@@ -121,6 +122,9 @@ fn load() -> Workload {
                     byte_start: 0,
                     char_start: 0,
                     metadata: Default::default(),
+                    section_key: ordinal as u64,
+                    sentences: Vec::new(),
+                    sentence_vectors: Vec::new(),
                 }
             })
             .collect();
@@ -171,7 +175,7 @@ fn stages(c: &mut Criterion) {
         .zip(&analyses)
         .map(|((hits, terms), analyses)| {
             let mut candidates = rechunk(hits, analyses, &sentence_128);
-            score(&mut candidates, hits, analyses, terms, WEIGHTS);
+            score(&mut candidates, hits, analyses, terms, None, WEIGHTS);
             candidates
         })
         .collect();
@@ -232,7 +236,7 @@ fn stages(c: &mut Criterion) {
                 for (((hits, terms), analyses), candidates) in
                     workload.queries.iter().zip(&analyses).zip(all.iter_mut())
                 {
-                    score(candidates, hits, analyses, terms, WEIGHTS);
+                    score(candidates, hits, analyses, terms, None, WEIGHTS);
                 }
                 all
             },

@@ -85,6 +85,30 @@ pub struct StorageConfig {
 pub struct ModelsConfig {
     /// Folder laid out by `scripts/fetch-models.sh`.
     pub dir: PathBuf,
+    /// Dense embeddings: `minilm` (all-MiniLM-L6-v2 over ONNX Runtime), `static` (wordllama
+    /// static vectors) or `off` (lexical only).
+    pub dense: DenseModel,
+    /// How sentence vectors are made at ingest: `late` (late chunking: the section is run through
+    /// the model in windows and each sentence's token states are pooled) or `sentence` (each
+    /// sentence embedded on its own).
+    pub fine_mode: FineModeName,
+    /// Threads ONNX Runtime uses inside one operator.
+    pub inference_threads: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DenseModel {
+    Minilm,
+    Static,
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FineModeName {
+    Late,
+    Sentence,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -117,6 +141,12 @@ pub struct RetrievalConfig {
     pub section_weight: f32,
     /// Weight of the chunk's own normalised BM25.
     pub bm25_weight: f32,
+    /// Weight of the chunk's pooled dense similarity to the query (normalised over candidates).
+    pub dense_weight: f32,
+    /// Reciprocal rank fusion of the section legs: `weight / (rrf_k + rank)`.
+    pub rrf_k: f32,
+    pub rrf_lexical_weight: f32,
+    pub rrf_dense_weight: f32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -171,6 +201,9 @@ impl Default for ModelsConfig {
     fn default() -> Self {
         Self {
             dir: PathBuf::from("./models"),
+            dense: DenseModel::Minilm,
+            fine_mode: FineModeName::Late,
+            inference_threads: 2,
         }
     }
 }
@@ -197,6 +230,10 @@ impl Default for RetrievalConfig {
             default_chunk_tokens: 128,
             section_weight: 0.5,
             bm25_weight: 1.0,
+            dense_weight: 1.0,
+            rrf_k: 60.0,
+            rrf_lexical_weight: 1.0,
+            rrf_dense_weight: 1.0,
         }
     }
 }
@@ -214,7 +251,7 @@ impl Default for LogConfig {
     fn default() -> Self {
         Self {
             format: LogFormat::Text,
-            filter: "info".to_string(),
+            filter: "info,ort=warn".to_string(),
         }
     }
 }
@@ -337,9 +374,26 @@ impl Config {
             (1..=self.limits.max_chunk_tokens).contains(&self.retrieval.default_chunk_tokens),
             "retrieval.default_chunk_tokens must be in 1..=limits.max_chunk_tokens",
         )?;
+        let retrieval = &self.retrieval;
         check(
-            self.retrieval.section_weight >= 0.0 && self.retrieval.bm25_weight >= 0.0,
-            "retrieval weights must not be negative",
+            [
+                retrieval.section_weight,
+                retrieval.bm25_weight,
+                retrieval.dense_weight,
+                retrieval.rrf_lexical_weight,
+                retrieval.rrf_dense_weight,
+            ]
+            .iter()
+            .all(|w| w.is_finite() && *w >= 0.0),
+            "retrieval weights must be finite and not negative",
+        )?;
+        check(
+            retrieval.rrf_k.is_finite() && retrieval.rrf_k >= 0.0,
+            "retrieval.rrf_k must be finite and not negative",
+        )?;
+        check(
+            self.models.inference_threads >= 1,
+            "models.inference_threads must be at least 1",
         )?;
         if self.tls.enabled() {
             check(

@@ -21,6 +21,8 @@ pub mod chunk;
 pub mod cli;
 pub mod config;
 pub mod cpu_pool;
+pub mod dense;
+pub mod embed;
 pub mod error;
 pub mod eval;
 pub mod index;

@@ -10,7 +10,12 @@ use std::time::{Duration, Instant};
 use crate::cache::{Caches, ResultKey};
 use crate::chunk::{ChunkOptions, Strategy, Unit};
 use crate::config::Config;
+use crate::config::{DenseModel, FineModeName};
 use crate::cpu_pool::CpuPool;
+use crate::embed::{
+    Embedder, FineMode, MiniLmConfig, MiniLmEmbedder, QuantizedVectors, StaticEmbedder,
+    VectorMatrix,
+};
 use crate::error::{LatheError, Result};
 use crate::index::{
     Catalog, DocumentRecord, OpenCollection, SectionRecord, StoredSettings, WriteOp,
@@ -66,6 +71,8 @@ static INCARNATIONS: AtomicU64 = AtomicU64::new(1);
 pub struct Engine {
     config: Config,
     metrics: Arc<Metrics>,
+    /// The model that makes sentence vectors at ingest and the query vector at query time.
+    embedder: Option<Arc<dyn Embedder>>,
     catalog: Arc<Catalog<CollectionRuntime>>,
     caches: Caches,
     pool: CpuPool,
@@ -74,10 +81,13 @@ pub struct Engine {
 impl Engine {
     pub fn open(config: Config, metrics: Arc<Metrics>) -> Result<Self> {
         let models_dir = config.models.dir.clone();
+        let embedder = open_embedder(&config)?;
+        let dense_dim = embedder.as_ref().map(|e| e.dim());
         let catalog = Catalog::open(
             &config.storage.data_dir,
             config.storage.writer_memory_bytes,
             Duration::from_millis(config.storage.commit_interval_ms),
+            dense_dim,
             |_, stored| runtime_for(stored, &models_dir),
         )?;
         let catalog = Arc::new(catalog);
@@ -86,6 +96,7 @@ impl Engine {
         Ok(Self {
             config,
             metrics,
+            embedder,
             catalog,
             caches,
             pool,
@@ -271,12 +282,23 @@ impl Engine {
             }
             counted_chars += text[counted_bytes..span.start].chars().count() as u64;
             counted_bytes = span.start;
+            let section_text = text[span.start..span.end].to_string();
+            let mut sentences = Vec::new();
+            crate::chunk::sentences(&section_text, &mut sentences);
             sections.push(SectionRecord {
                 ordinal: ordinal as u64,
                 heading_path: span.heading_path,
-                text: text[span.start..span.end].to_string(),
+                text: section_text,
                 byte_start: span.start as u64,
                 char_start: counted_chars,
+                section_key: crate::index::collection::section_key(
+                    &document.id,
+                    ordinal as u64,
+                    version,
+                ),
+                sentences,
+                sentence_vectors: Vec::new(),
+                section_vector: Vec::new(),
             });
         }
         Ok(DocumentRecord {
@@ -288,6 +310,85 @@ impl Engine {
             sections,
         })
     }
+}
+
+/// Sentence vectors of every section of `records` (batched across sections), stored as int8, and
+/// each section's vector: the mean of its sentence vectors weighted by their length.
+fn embed_sections(
+    embedder: &dyn Embedder,
+    mode: FineMode,
+    records: &mut [DocumentRecord],
+) -> Result<()> {
+    let ranges: Vec<Vec<std::ops::Range<usize>>> = records
+        .iter()
+        .flat_map(|record| &record.sections)
+        .map(|section| {
+            section
+                .sentences
+                .iter()
+                .map(|r| r.start as usize..r.end as usize)
+                .collect()
+        })
+        .collect();
+    let inputs: Vec<(&str, &[std::ops::Range<usize>])> = records
+        .iter()
+        .flat_map(|record| &record.sections)
+        .zip(&ranges)
+        .map(|(section, ranges)| (section.text.as_str(), ranges.as_slice()))
+        .collect();
+    let matrices = embedder
+        .sentence_vectors_of_sections(&inputs, mode)
+        .map_err(|e| LatheError::Unavailable(format!("embedding failed: {e}")))?;
+    drop(inputs);
+    let sections = records
+        .iter_mut()
+        .flat_map(|record| record.sections.iter_mut());
+    for (section, matrix) in sections.zip(matrices) {
+        if matrix.is_empty() {
+            continue;
+        }
+        let quantized = QuantizedVectors::from_matrix(&matrix);
+        let weights: Vec<f32> = section
+            .sentences
+            .iter()
+            .map(|r| (r.end - r.start) as f32)
+            .collect();
+        let Ok(pooled) = quantized.pool(0..quantized.len(), &weights) else {
+            continue;
+        };
+        let Some(section_vector) = VectorMatrix::from_values(pooled.len(), pooled) else {
+            continue;
+        };
+        section.sentence_vectors = quantized.to_bytes();
+        section.section_vector = QuantizedVectors::from_matrix(&section_vector).to_bytes();
+    }
+    Ok(())
+}
+
+fn open_embedder(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
+    let dir = &config.models.dir;
+    let hint = |error: crate::embed::EmbedError| {
+        LatheError::invalid(
+            "models.dense",
+            format!(
+                "{error}; run `scripts/fetch-models.sh {}` to fetch the models, or set models.dense = \"off\" to run lexical-only",
+                dir.display()
+            ),
+        )
+    };
+    Ok(match config.models.dense {
+        DenseModel::Off => None,
+        DenseModel::Static => Some(Arc::new(
+            StaticEmbedder::from_models_dir(dir).map_err(hint)?,
+        )),
+        DenseModel::Minilm => {
+            let mut minilm = MiniLmConfig::from_models_dir(dir);
+            minilm.intra_op_threads = config.models.inference_threads;
+            // A second session, so that query embeddings do not queue behind ingest batches.
+            minilm.session_count = 2;
+            Some(Arc::new(MiniLmEmbedder::new(minilm).map_err(hint)?))
+        }
+    })
 }
 
 fn check_chunk_sizes(max_size: u32, overlap: u32, max_chunk_tokens: u32) -> Result<()> {
@@ -528,6 +629,34 @@ impl LatheApi for Engine {
                     .collect::<Result<Vec<_>>>()
             })
             .await?;
+        let records = match &self.embedder {
+            None => records,
+            Some(embedder) => {
+                let embedder = Arc::clone(embedder);
+                let mode = match self.config.models.fine_mode {
+                    FineModeName::Late => FineMode::LateChunking,
+                    FineModeName::Sentence => FineMode::PerSentence,
+                };
+                let metrics = Arc::clone(&self.metrics);
+                let model = match self.config.models.dense {
+                    DenseModel::Static => "static",
+                    _ => "minilm",
+                };
+                self.pool
+                    .run(move || {
+                        let mut records = records;
+                        let started = Instant::now();
+                        embed_sections(embedder.as_ref(), mode, &mut records)?;
+                        metrics.embedding_batches.with_label_values(&[model]).inc();
+                        metrics
+                            .embedding_batch_seconds
+                            .with_label_values(&[model])
+                            .observe(started.elapsed().as_secs_f64());
+                        Ok(records)
+                    })
+                    .await?
+            }
+        };
         let outcome = WriteOutcome {
             documents: records.len() as u32,
             sections: records.iter().map(|r| r.sections.len() as u32).sum(),
@@ -605,9 +734,19 @@ impl LatheApi for Engine {
             .with_label_values(&["result", "miss"])
             .inc();
         let caches = self.caches.clone();
-        let weights = score::Weights {
-            bm25: self.config.retrieval.bm25_weight,
-            section: self.config.retrieval.section_weight,
+        let retrieval = &self.config.retrieval;
+        let settings = PipelineSettings {
+            weights: score::Weights {
+                bm25: retrieval.bm25_weight,
+                section: retrieval.section_weight,
+                dense: retrieval.dense_weight,
+            },
+            fusion: coarse::Fusion {
+                k: retrieval.rrf_k,
+                lexical_weight: retrieval.rrf_lexical_weight,
+                dense_weight: retrieval.rrf_dense_weight,
+            },
+            embedder: self.embedder.clone(),
         };
         let pipeline_key = key.clone();
         let mut result = self
@@ -618,7 +757,7 @@ impl LatheApi for Engine {
                     &snapshot,
                     &pipeline_key.query,
                     &options,
-                    weights,
+                    &settings,
                     &caches,
                 )
             })
@@ -666,13 +805,20 @@ async fn await_write(receiver: Option<tokio::sync::oneshot::Receiver<Result<u64>
     }
 }
 
+/// Fixed for the life of the engine: how signals are weighed, and the query embedder.
+struct PipelineSettings {
+    weights: score::Weights,
+    fusion: coarse::Fusion,
+    embedder: Option<Arc<dyn Embedder>>,
+}
+
 /// Runs the stages in order (see `pipeline`), timing each.
 fn run_pipeline(
     collection: &Collection,
     snapshot: &crate::index::Snapshot,
     query: &RetrieveQuery,
     options: &ChunkOptions,
-    weights: score::Weights,
+    settings: &PipelineSettings,
     caches: &Caches,
 ) -> Result<RetrieveResult> {
     let mut timings = Vec::with_capacity(6);
@@ -684,8 +830,26 @@ fn run_pipeline(
     let index = &collection.index;
     let tokenizer = &collection.extra.tokenizer;
 
+    // The only model pass at query time: the query itself.
+    let query_vector =
+        match (&settings.embedder, index.has_dense()) {
+            (Some(embedder), true) => Some(embedder.embed_query(&query.query).map_err(|e| {
+                LatheError::Unavailable(format!("embedding the query failed: {e}"))
+            })?),
+            _ => None,
+        };
+    lap("embed", &mut timings);
+
     let terms = index.query_terms(&query.query);
-    let hits = coarse::retrieve(index, snapshot, &terms, &query.filter, query.top_k as usize)?;
+    let hits = coarse::retrieve(
+        index,
+        snapshot,
+        &terms,
+        query_vector.as_deref(),
+        &query.filter,
+        query.top_k as usize,
+        settings.fusion,
+    )?;
     let query_terms = score::QueryTerms {
         hashes: terms.iter().map(|t| analyze::term_hash(t)).collect(),
         idf: index.idf(snapshot, &terms)?,
@@ -702,7 +866,14 @@ fn run_pipeline(
     let mut candidates = rechunk::rechunk(&hits, &analyses, options);
     lap("chunk", &mut timings);
 
-    score::score(&mut candidates, &hits, &analyses, &query_terms, weights);
+    score::score(
+        &mut candidates,
+        &hits,
+        &analyses,
+        &query_terms,
+        query_vector.as_deref(),
+        settings.weights,
+    );
     lap("score", &mut timings);
 
     let mut spans = pack::pack(&candidates, &hits, &analyses, query.token_budget, tokenizer);

@@ -240,9 +240,13 @@ async fn verify(
     let index_path = data_dir.join("collections/c/index");
     let reader_dir = tempfile::tempdir().unwrap();
     copy_dir(&index_path, reader_dir.path());
-    let index =
-        CollectionIndex::open_or_create(reader_dir.path(), 15 << 20, Duration::from_secs(3600))
-            .expect("open index copy");
+    let index = CollectionIndex::open_or_create(
+        reader_dir.path(),
+        15 << 20,
+        Duration::from_secs(3600),
+        None,
+    )
+    .expect("open index copy");
     for doc in 0..DOCUMENTS {
         let sections = index.document_sections(&format!("doc{doc}")).unwrap();
         if sections.is_empty() {

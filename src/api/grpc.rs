@@ -2,7 +2,7 @@
 //! convert back.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::metadata::MetadataMap;
@@ -25,6 +25,50 @@ pub struct GrpcAdapter<S> {
     default_top_k: u32,
     keys: Option<Arc<ApiKeys>>,
     metrics: Arc<Metrics>,
+    /// Deadline of unary calls whose client sets none (or a longer one).
+    request_timeout: Duration,
+}
+
+/// The deadline of a unary call: the client's grpc-timeout when shorter than the server's.
+fn deadline(metadata: &MetadataMap, server_timeout: Duration) -> Duration {
+    let client = metadata
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_grpc_timeout);
+    client.map_or(server_timeout, |client| client.min(server_timeout))
+}
+
+/// `grpc-timeout` is an integer of at most 8 digits and a unit: H, M, S, m, u or n.
+fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    if value.len() < 2 || value.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = value.split_at(value.len() - 1);
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount * 3600),
+        "M" => Duration::from_secs(amount * 60),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+/// Runs a unary call under its deadline.
+async fn within<T>(
+    limit: Duration,
+    rpc: &str,
+    call: impl std::future::Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result,
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "{rpc} did not finish within its deadline of {} ms",
+            limit.as_millis()
+        ))),
+    }
 }
 
 /// One admitted call: holds its concurrency permit and records its outcome when it ends.
@@ -99,6 +143,7 @@ impl<S: LatheApi> GrpcAdapter<S> {
         default_top_k: u32,
         keys: Option<Arc<ApiKeys>>,
         metrics: Arc<Metrics>,
+        request_timeout: Duration,
     ) -> Self {
         Self {
             service,
@@ -107,6 +152,7 @@ impl<S: LatheApi> GrpcAdapter<S> {
             default_top_k,
             keys,
             metrics,
+            request_timeout,
         }
     }
 
@@ -154,12 +200,13 @@ impl<S: LatheApi> Lathe for GrpcAdapter<S> {
         request: Request<proto::CreateCollectionRequest>,
     ) -> Result<Response<proto::CollectionInfo>, Status> {
         let call = self.admit("CreateCollection", Access::Write, request.metadata())?;
-        let result = async move {
+        let limit = deadline(request.metadata(), self.request_timeout);
+        let result = within(limit, "CreateCollection", async move {
             let proto::CreateCollectionRequest { name, settings } = request.into_inner();
             let settings = convert::settings_from_proto(settings)?;
             let info = self.service.create_collection(name, settings).await?;
             Ok(Response::new(info.into()))
-        }
+        })
         .await;
         call.finish(result)
     }
@@ -169,12 +216,13 @@ impl<S: LatheApi> Lathe for GrpcAdapter<S> {
         _request: Request<proto::ListCollectionsRequest>,
     ) -> Result<Response<proto::ListCollectionsResponse>, Status> {
         let call = self.admit("ListCollections", Access::Read, _request.metadata())?;
-        let result = async move {
+        let limit = deadline(_request.metadata(), self.request_timeout);
+        let result = within(limit, "ListCollections", async move {
             let collections = self.service.list_collections().await?;
             Ok(Response::new(proto::ListCollectionsResponse {
                 collections: collections.into_iter().map(Into::into).collect(),
             }))
-        }
+        })
         .await;
         call.finish(result)
     }
@@ -184,12 +232,13 @@ impl<S: LatheApi> Lathe for GrpcAdapter<S> {
         request: Request<proto::GetCollectionRequest>,
     ) -> Result<Response<proto::CollectionInfo>, Status> {
         let call = self.admit("GetCollection", Access::Read, request.metadata())?;
-        let result = async move {
+        let limit = deadline(request.metadata(), self.request_timeout);
+        let result = within(limit, "GetCollection", async move {
             let proto::GetCollectionRequest { name } = request.into_inner();
             Ok(Response::new(
                 self.service.get_collection(&name).await?.into(),
             ))
-        }
+        })
         .await;
         call.finish(result)
     }
@@ -199,11 +248,12 @@ impl<S: LatheApi> Lathe for GrpcAdapter<S> {
         request: Request<proto::DeleteCollectionRequest>,
     ) -> Result<Response<proto::DeleteCollectionResponse>, Status> {
         let call = self.admit("DeleteCollection", Access::Write, request.metadata())?;
-        let result = async move {
+        let limit = deadline(request.metadata(), self.request_timeout);
+        let result = within(limit, "DeleteCollection", async move {
             let proto::DeleteCollectionRequest { name } = request.into_inner();
             self.service.delete_collection(&name).await?;
             Ok(Response::new(proto::DeleteCollectionResponse {}))
-        }
+        })
         .await;
         call.finish(result)
     }
@@ -213,7 +263,8 @@ impl<S: LatheApi> Lathe for GrpcAdapter<S> {
         request: Request<proto::UpsertDocumentsRequest>,
     ) -> Result<Response<proto::WriteResponse>, Status> {
         let call = self.admit("UpsertDocuments", Access::Write, request.metadata())?;
-        let result = async move {
+        let limit = deadline(request.metadata(), self.request_timeout);
+        let result = within(limit, "UpsertDocuments", async move {
             let proto::UpsertDocumentsRequest {
                 collection,
                 documents,
@@ -225,7 +276,7 @@ impl<S: LatheApi> Lathe for GrpcAdapter<S> {
                 .upsert_documents(&collection, documents, wait)
                 .await?;
             Ok(Response::new(outcome.into()))
-        }
+        })
         .await;
         call.finish(result)
     }
@@ -235,7 +286,8 @@ impl<S: LatheApi> Lathe for GrpcAdapter<S> {
         request: Request<proto::DeleteDocumentsRequest>,
     ) -> Result<Response<proto::WriteResponse>, Status> {
         let call = self.admit("DeleteDocuments", Access::Write, request.metadata())?;
-        let result = async move {
+        let limit = deadline(request.metadata(), self.request_timeout);
+        let result = within(limit, "DeleteDocuments", async move {
             let proto::DeleteDocumentsRequest {
                 collection,
                 ids,
@@ -246,7 +298,7 @@ impl<S: LatheApi> Lathe for GrpcAdapter<S> {
                 .delete_documents(&collection, ids, wait)
                 .await?;
             Ok(Response::new(outcome.into()))
-        }
+        })
         .await;
         call.finish(result)
     }
@@ -305,13 +357,38 @@ impl<S: LatheApi> Lathe for GrpcAdapter<S> {
         request: Request<proto::RetrieveRequest>,
     ) -> Result<Response<proto::RetrieveResponse>, Status> {
         let call = self.admit("Retrieve", Access::Read, request.metadata())?;
-        let result = async move {
+        let limit = deadline(request.metadata(), self.request_timeout);
+        let result = within(limit, "Retrieve", async move {
             let query =
                 convert::retrieve_query_from_proto(request.into_inner(), self.default_top_k)?;
             let result = self.service.retrieve(query).await?;
             Ok(Response::new(result.into()))
-        }
+        })
         .await;
         call.finish(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_and_the_shorter_deadline_wins() {
+        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_grpc_timeout("12"), None);
+        assert_eq!(parse_grpc_timeout("123456789S"), None);
+        let mut metadata = MetadataMap::new();
+        metadata.insert("grpc-timeout", "100m".parse().unwrap());
+        assert_eq!(
+            deadline(&metadata, Duration::from_secs(30)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            deadline(&MetadataMap::new(), Duration::from_secs(30)),
+            Duration::from_secs(30)
+        );
     }
 }

@@ -63,6 +63,7 @@ pub async fn serve(
         config.retrieval.default_top_k,
         keys,
         Arc::clone(&metrics),
+        Duration::from_millis(config.server.request_timeout_ms),
     );
     let lathe = LatheServer::new(adapter)
         .max_decoding_message_size(limits.max_message_bytes)
@@ -79,8 +80,10 @@ pub async fn serve(
         .await?;
     }
 
-    let mut builder =
-        Server::builder().timeout(Duration::from_millis(config.server.request_timeout_ms));
+    // No server-wide timeout: tonic's would cut long client-streaming uploads and answer
+    // CANCELLED. Unary calls get `server.request_timeout_ms` (or the client's shorter
+    // grpc-timeout) in the adapter, answered with DEADLINE_EXCEEDED.
+    let mut builder = Server::builder();
     if config.tls.enabled() {
         builder = builder
             .tls_config(tls_config(&config.tls)?)

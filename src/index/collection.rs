@@ -6,7 +6,8 @@
 //! document, never a mix. Durability: a `wait` write is answered only after tantivy's commit (which
 //! fsyncs the segment files and atomically replaces meta.json) and after the reader reloaded.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
@@ -22,6 +23,8 @@ use tantivy::{
 use tokio::sync::oneshot;
 
 use super::schema::{self, SectionFields, HEADING_SEPARATOR, METADATA_SEPARATOR};
+use crate::dense::{DenseIndex, DenseIndexConfig};
+use crate::embed::QuantizedVectors;
 use crate::error::{LatheError, Result};
 use crate::types::{CollectionStats, Filter};
 
@@ -40,6 +43,27 @@ pub struct SectionRecord {
     pub text: String,
     pub byte_start: u64,
     pub char_start: u64,
+    /// Stable id of this version of the section (see [`section_key`]).
+    pub section_key: u64,
+    /// Sentence byte ranges in `text`.
+    pub sentences: Vec<Range<u32>>,
+    /// `QuantizedVectors` bytes, one row per sentence; empty without the neural stage.
+    pub sentence_vectors: Vec<u8>,
+    /// One-row `QuantizedVectors` bytes of the section's vector; empty without the neural stage.
+    pub section_vector: Vec<u8>,
+}
+
+/// The dense-index key of one version of one section.
+pub fn section_key(doc_id: &str, ordinal: u64, version: u64) -> u64 {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(doc_id.as_bytes());
+    hasher.update(&ordinal.to_le_bytes());
+    hasher.update(&version.to_le_bytes());
+    u64::from_le_bytes(
+        hasher.finalize().as_bytes()[..8]
+            .try_into()
+            .unwrap_or_default(),
+    )
 }
 
 /// One document's sections, all from one version.
@@ -72,6 +96,10 @@ pub struct SectionHit {
     pub byte_start: u64,
     pub char_start: u64,
     pub metadata: BTreeMap<String, String>,
+    pub section_key: u64,
+    pub sentences: Vec<Range<u32>>,
+    /// `QuantizedVectors` bytes (empty without the neural stage).
+    pub sentence_vectors: Vec<u8>,
 }
 
 enum WriterCommand {
@@ -90,14 +118,19 @@ pub struct CollectionIndex {
     commands: mpsc::Sender<WriterCommand>,
     writer_thread: std::sync::Mutex<Option<JoinHandle<()>>>,
     path: PathBuf,
+    /// Section vectors (when the neural stage is on); kept in step with the snapshot by the writer.
+    dense: Option<Arc<RwLock<DenseIndex>>>,
 }
 
 impl CollectionIndex {
     /// Opens the index in `path`, creating it when absent.
+    /// `dense_dim`: the dimension of section vectors when the neural stage is on; the dense index
+    /// is rebuilt from the vectors stored in tantivy, the one source of truth.
     pub fn open_or_create(
         path: &Path,
         writer_memory_bytes: usize,
         commit_interval: Duration,
+        dense_dim: Option<usize>,
     ) -> Result<Self> {
         let (schema, fields) = schema::build_schema();
         std::fs::create_dir_all(path)
@@ -115,9 +148,18 @@ impl CollectionIndex {
             searcher: reader.searcher(),
             generation,
         })));
+        let dense = match dense_dim {
+            None => None,
+            Some(dim) => Some(Arc::new(RwLock::new(rebuild_dense(
+                &reader.searcher(),
+                &fields,
+                dim,
+            )?))),
+        };
         let writer: IndexWriter = index.writer(writer_memory_bytes)?;
         let (commands, receiver) = mpsc::channel();
         let thread_snapshot = Arc::clone(&snapshot);
+        let thread_dense = dense.clone();
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -131,6 +173,8 @@ impl CollectionIndex {
                     fields,
                     snapshot: thread_snapshot,
                     commit_interval,
+                    dense: thread_dense,
+                    pending_dense: HashMap::new(),
                 }
                 .run(receiver)
             })
@@ -142,6 +186,7 @@ impl CollectionIndex {
             commands,
             writer_thread: std::sync::Mutex::new(Some(writer_thread)),
             path: path.to_path_buf(),
+            dense,
         })
     }
 
@@ -228,6 +273,20 @@ impl CollectionIndex {
         }
         let mut clauses: Vec<(Occur, Box<dyn Query>)> =
             vec![(Occur::Must, Box::new(BooleanQuery::new(should)))];
+        clauses.extend(self.filter_clauses(filter));
+        let query = BooleanQuery::new(clauses);
+        let top = snapshot
+            .searcher
+            .search(&query, &TopDocs::with_limit(limit).order_by_score())?;
+        top.into_iter()
+            .map(|(score, address)| self.load_hit(&snapshot.searcher, score, address))
+            .collect()
+    }
+
+    /// Constant-zero clauses that hold `filter` (metadata terms, doc ids) in either leg.
+    fn filter_clauses(&self, filter: &Filter) -> Vec<(Occur, Box<dyn Query>)> {
+        let fields = &self.fields;
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         for (key, value) in &filter.metadata {
             let term = Term::from_field_text(fields.metadata_terms, &metadata_term(key, value));
             clauses.push((
@@ -249,13 +308,75 @@ impl CollectionIndex {
                 .collect();
             clauses.push((Occur::Must, constant_zero(BooleanQuery::new(ids))));
         }
-        let query = BooleanQuery::new(clauses);
-        let top = snapshot
-            .searcher
-            .search(&query, &TopDocs::with_limit(limit).order_by_score())?;
-        top.into_iter()
-            .map(|(score, address)| self.load_hit(&snapshot.searcher, score, address))
-            .collect()
+        clauses
+    }
+
+    pub fn has_dense(&self) -> bool {
+        self.dense.is_some()
+    }
+
+    /// The sections nearest to `query` in the dense index that are in `snapshot` and pass
+    /// `filter`, best first, scored by cosine similarity.
+    pub fn search_dense(
+        &self,
+        snapshot: &Snapshot,
+        query: &[f32],
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<Vec<SectionHit>> {
+        let Some(dense) = &self.dense else {
+            return Ok(Vec::new());
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Filters are checked in tantivy; ask for more neighbours when they may drop some.
+        let unfiltered = filter.metadata.is_empty() && filter.doc_ids.is_empty();
+        let wanted = if unfiltered {
+            limit
+        } else {
+            (limit * 8).max(64)
+        };
+        let neighbours = dense
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .search(query, wanted, &|_| true)
+            .map_err(|e| LatheError::internal(format!("dense search: {e}")))?;
+        if neighbours.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<(Occur, Box<dyn Query>)> = neighbours
+            .iter()
+            .map(|(key, _)| {
+                let term = Term::from_field_u64(self.fields.section_key, *key);
+                (
+                    Occur::Should,
+                    Box::new(TermQuery::new(term, IndexRecordOption::Basic)) as Box<dyn Query>,
+                )
+            })
+            .collect();
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
+            vec![(Occur::Must, constant_zero(BooleanQuery::new(keys)))];
+        clauses.extend(self.filter_clauses(filter));
+        let found = snapshot.searcher.search(
+            &BooleanQuery::new(clauses),
+            &TopDocs::with_limit(neighbours.len()).order_by_score(),
+        )?;
+        let similarity: HashMap<u64, f32> = neighbours.into_iter().collect();
+        let mut hits = found
+            .into_iter()
+            .map(|(_, address)| self.load_hit(&snapshot.searcher, 0.0, address))
+            .collect::<Result<Vec<_>>>()?;
+        for hit in &mut hits {
+            hit.score = similarity.get(&hit.section_key).copied().unwrap_or(0.0);
+        }
+        hits.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then(a.section_key.cmp(&b.section_key))
+        });
+        hits.truncate(limit);
+        Ok(hits)
     }
 
     fn load_hit(&self, searcher: &Searcher, score: f32, address: DocAddress) -> Result<SectionHit> {
@@ -270,6 +391,11 @@ impl CollectionIndex {
         let u64_of = |field| {
             doc.get_first(field)
                 .and_then(|v| v.as_u64())
+                .unwrap_or_default()
+        };
+        let bytes_of = |field| {
+            doc.get_first(field)
+                .and_then(|v| v.as_bytes())
                 .unwrap_or_default()
         };
         let heading_path = text_of(fields.heading_path);
@@ -292,6 +418,9 @@ impl CollectionIndex {
             byte_start: u64_of(fields.byte_start),
             char_start: u64_of(fields.char_start),
             metadata: serde_json::from_str(&metadata_json).unwrap_or_default(),
+            section_key: u64_of(fields.section_key),
+            sentences: schema::decode_ranges(bytes_of(fields.sentence_ranges)),
+            sentence_vectors: bytes_of(fields.sentence_vectors).to_vec(),
         })
     }
 
@@ -375,9 +504,62 @@ pub fn metadata_term(key: &str, value: &str) -> String {
     format!("{key}{METADATA_SEPARATOR}{value}")
 }
 
+/// Builds the dense index from the section vectors stored in every live section.
+fn rebuild_dense(searcher: &Searcher, fields: &SectionFields, dim: usize) -> Result<DenseIndex> {
+    let mut vectors: Vec<(u64, Vec<f32>)> = Vec::new();
+    for (segment_ord, segment) in searcher.segment_readers().iter().enumerate() {
+        for doc in segment.doc_ids_alive() {
+            let stored: TantivyDocument = searcher.doc(DocAddress::new(segment_ord as u32, doc))?;
+            let key = stored
+                .get_first(fields.section_key)
+                .and_then(|v| v.as_u64());
+            let bytes = stored
+                .get_first(fields.section_vector)
+                .and_then(|v| v.as_bytes());
+            if let (Some(key), Some(vector)) = (key, bytes.and_then(decode_one_vector)) {
+                if vector.len() == dim {
+                    vectors.push((key, vector));
+                }
+            }
+        }
+    }
+    let mut config = DenseIndexConfig::new(dim);
+    config.capacity_hint = config.capacity_hint.max(vectors.len() * 2);
+    let mut dense =
+        DenseIndex::new(config).map_err(|e| LatheError::internal(format!("dense index: {e}")))?;
+    let started = Instant::now();
+    dense
+        .insert_many(
+            vectors
+                .iter()
+                .map(|(key, vector)| (*key, vector.as_slice())),
+        )
+        .map_err(|e| LatheError::internal(format!("dense index: {e}")))?;
+    tracing::info!(
+        vectors = vectors.len(),
+        seconds = started.elapsed().as_secs_f32(),
+        "dense index rebuilt"
+    );
+    Ok(dense)
+}
+
+/// The first row of one `QuantizedVectors` blob.
+fn decode_one_vector(bytes: &[u8]) -> Option<Vec<f32>> {
+    let vectors = QuantizedVectors::from_bytes(bytes).ok()?;
+    if vectors.is_empty() {
+        return None;
+    }
+    let mut out = vec![0.0; vectors.dim()];
+    vectors.row_into(0, &mut out).ok()?;
+    Some(out)
+}
+
 fn constant_zero(query: impl Query) -> Box<dyn Query> {
     Box::new(ConstScoreQuery::new(Box::new(query), 0.0))
 }
+
+/// A section's dense-index key and vector.
+type KeyedVector = (u64, Vec<f32>);
 
 struct WriterLoop {
     writer: IndexWriter,
@@ -385,6 +567,9 @@ struct WriterLoop {
     fields: SectionFields,
     snapshot: Arc<RwLock<Arc<Snapshot>>>,
     commit_interval: Duration,
+    dense: Option<Arc<RwLock<DenseIndex>>>,
+    /// Documents written since the last commit: their new section vectors, or `None` if deleted.
+    pending_dense: HashMap<String, Option<Vec<KeyedVector>>>,
 }
 
 impl WriterLoop {
@@ -448,6 +633,7 @@ impl WriterLoop {
                 if let Err(rollback_error) = self.writer.rollback() {
                     tracing::error!(%rollback_error, "rollback failed");
                 }
+                self.pending_dense.clear();
                 *dirty_since = None;
                 for waiter in waiters.drain(..) {
                     let _ = waiter.send(Err(LatheError::Unavailable(format!(
@@ -474,6 +660,18 @@ impl WriterLoop {
                 let metadata_json = serde_json::to_string(&document.metadata)
                     .map_err(|e| LatheError::internal(format!("serialising metadata: {e}")))?;
                 let title_prefix = document.title.clone();
+                if self.dense.is_some() {
+                    let vectors = document
+                        .sections
+                        .iter()
+                        .filter_map(|section| {
+                            decode_one_vector(&section.section_vector)
+                                .map(|v| (section.section_key, v))
+                        })
+                        .collect();
+                    self.pending_dense
+                        .insert(document.doc_id.clone(), Some(vectors));
+                }
                 for section in document.sections {
                     let mut doc = TantivyDocument::default();
                     doc.add_text(fields.doc_id, &document.doc_id);
@@ -497,6 +695,15 @@ impl WriterLoop {
                         doc.add_text(fields.metadata_terms, metadata_term(key, value));
                     }
                     doc.add_text(fields.metadata_json, &metadata_json);
+                    doc.add_u64(fields.section_key, section.section_key);
+                    doc.add_bytes(
+                        fields.sentence_ranges,
+                        &schema::encode_ranges(&section.sentences),
+                    );
+                    if !section.sentence_vectors.is_empty() {
+                        doc.add_bytes(fields.sentence_vectors, &section.sentence_vectors);
+                        doc.add_bytes(fields.section_vector, &section.section_vector);
+                    }
                     self.writer.add_document(doc)?;
                 }
             }
@@ -505,11 +712,16 @@ impl WriterLoop {
     }
 
     fn commit(&mut self, waiters: &mut Vec<oneshot::Sender<Result<u64>>>) {
+        // The sections these documents had before this commit, read from the last snapshot.
+        let replaced_keys = self.replaced_section_keys();
         let result = self
             .writer
             .commit()
             .map_err(LatheError::from)
             .and_then(|opstamp| {
+                // Dense index first, then the new snapshot: a query never sees a section whose
+                // vector is missing (stale neighbours are dropped by the tantivy lookup).
+                self.apply_dense(replaced_keys)?;
                 self.reader.reload()?;
                 let snapshot = Arc::new(Snapshot {
                     searcher: self.reader.searcher(),
@@ -523,6 +735,7 @@ impl WriterLoop {
             Err(error) => {
                 tracing::error!(%error, "commit failed, rolling back");
                 let _ = self.writer.rollback();
+                self.pending_dense.clear();
             }
         }
         for waiter in waiters.drain(..) {
@@ -531,5 +744,61 @@ impl WriterLoop {
                 Err(error) => Err(LatheError::Unavailable(format!("commit failed: {error}"))),
             });
         }
+    }
+
+    fn replaced_section_keys(&self) -> Vec<u64> {
+        if self.dense.is_none() || self.pending_dense.is_empty() {
+            return Vec::new();
+        }
+        let searcher = self.reader.searcher();
+        let mut keys = Vec::new();
+        for doc_id in self.pending_dense.keys() {
+            let query = TermQuery::new(
+                Term::from_field_text(self.fields.doc_id, doc_id),
+                IndexRecordOption::Basic,
+            );
+            let Ok(found) =
+                searcher.search(&query, &TopDocs::with_limit(1_000_000).order_by_score())
+            else {
+                continue;
+            };
+            for (_, address) in found {
+                if let Ok(doc) = searcher.doc::<TantivyDocument>(address) {
+                    keys.extend(
+                        doc.get_first(self.fields.section_key)
+                            .and_then(|v| v.as_u64()),
+                    );
+                }
+            }
+        }
+        keys
+    }
+
+    fn apply_dense(&mut self, replaced_keys: Vec<u64>) -> Result<()> {
+        let Some(dense) = &self.dense else {
+            return Ok(());
+        };
+        let mut dense = dense.write().unwrap_or_else(|p| p.into_inner());
+        for key in replaced_keys {
+            dense.delete(key);
+        }
+        for (_, vectors) in self.pending_dense.drain() {
+            for (key, vector) in vectors.into_iter().flatten() {
+                dense
+                    .insert(key, &vector)
+                    .map_err(|e| LatheError::internal(format!("dense insert: {e}")))?;
+            }
+        }
+        if dense.needs_rebuild() {
+            let started = Instant::now();
+            dense
+                .compact()
+                .map_err(|e| LatheError::internal(format!("dense rebuild: {e}")))?;
+            tracing::info!(
+                seconds = started.elapsed().as_secs_f32(),
+                "dense index compacted"
+            );
+        }
+        Ok(())
     }
 }

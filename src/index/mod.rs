@@ -45,6 +45,7 @@ pub struct Catalog<T> {
     root: PathBuf,
     writer_memory_bytes: usize,
     commit_interval: Duration,
+    dense_dim: Option<usize>,
     collections: RwLock<BTreeMap<String, Arc<OpenCollection<T>>>>,
 }
 
@@ -54,6 +55,7 @@ impl<T> Catalog<T> {
         data_dir: &Path,
         writer_memory_bytes: usize,
         commit_interval: Duration,
+        dense_dim: Option<usize>,
         attach: impl Fn(&str, &StoredSettings) -> Result<T>,
     ) -> Result<Self> {
         let root = data_dir.join("collections");
@@ -77,6 +79,7 @@ impl<T> Catalog<T> {
                 &path.join(INDEX_DIR),
                 writer_memory_bytes,
                 commit_interval,
+                dense_dim,
             )?;
             let extra = attach(&name, &settings)?;
             tracing::info!(collection = %name, generation = index.snapshot().generation, "opened collection");
@@ -94,6 +97,7 @@ impl<T> Catalog<T> {
             root,
             writer_memory_bytes,
             commit_interval,
+            dense_dim,
             collections: RwLock::new(collections),
         })
     }
@@ -135,6 +139,7 @@ impl<T> Catalog<T> {
             &staging.join(INDEX_DIR),
             self.writer_memory_bytes,
             self.commit_interval,
+            self.dense_dim,
         )?);
         std::fs::rename(&staging, &target)
             .map_err(|e| LatheError::io("publishing the collection folder", e))?;
@@ -143,6 +148,7 @@ impl<T> Catalog<T> {
             &target.join(INDEX_DIR),
             self.writer_memory_bytes,
             self.commit_interval,
+            self.dense_dim,
         )?;
         let collection = Arc::new(OpenCollection {
             name: name.to_string(),

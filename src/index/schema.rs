@@ -42,6 +42,14 @@ pub struct SectionFields {
     pub metadata_terms: Field,
     /// Metadata as a JSON object, stored to return with chunks.
     pub metadata_json: Field,
+    /// Stable id of this version of the section: the key of its vector in the dense index.
+    pub section_key: Field,
+    /// Sentence byte ranges in the section text, as little-endian u32 pairs.
+    pub sentence_ranges: Field,
+    /// One int8 vector per sentence (`embed::QuantizedVectors` bytes); empty without the neural stage.
+    pub sentence_vectors: Field,
+    /// The section's own vector (one-row `QuantizedVectors`), from which the dense index is rebuilt.
+    pub section_vector: Field,
 }
 
 pub const HEADING_SEPARATOR: char = '\u{1e}';
@@ -74,6 +82,10 @@ pub fn build_schema() -> (Schema, SectionFields) {
         char_start: builder.add_u64_field("char_start", stored_u64),
         metadata_terms: builder.add_text_field("metadata_terms", STRING),
         metadata_json: builder.add_text_field("metadata_json", STORED),
+        section_key: builder.add_u64_field("section_key", INDEXED | FAST | STORED),
+        sentence_ranges: builder.add_bytes_field("sentence_ranges", STORED),
+        sentence_vectors: builder.add_bytes_field("sentence_vectors", STORED),
+        section_vector: builder.add_bytes_field("section_vector", STORED),
     };
     (builder.build(), fields)
 }
@@ -91,4 +103,34 @@ pub fn analyzer() -> TextAnalyzer {
 
 pub fn register_analyzer(index: &Index) {
     index.tokenizers().register(ANALYZER, analyzer());
+}
+
+/// Sentence ranges as stored: little-endian u32 start and end per sentence.
+pub fn encode_ranges(ranges: &[std::ops::Range<u32>]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(ranges.len() * 8);
+    for range in ranges {
+        bytes.extend_from_slice(&range.start.to_le_bytes());
+        bytes.extend_from_slice(&range.end.to_le_bytes());
+    }
+    bytes
+}
+
+pub fn decode_ranges(bytes: &[u8]) -> Vec<std::ops::Range<u32>> {
+    bytes
+        .chunks_exact(8)
+        .map(|pair| {
+            let start = u32::from_le_bytes([pair[0], pair[1], pair[2], pair[3]]);
+            let end = u32::from_le_bytes([pair[4], pair[5], pair[6], pair[7]]);
+            start..end
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sentence_ranges_roundtrip() {
+        let ranges = vec![0..5, 6..17, 18..18];
+        assert_eq!(super::decode_ranges(&super::encode_ranges(&ranges)), ranges);
+    }
 }

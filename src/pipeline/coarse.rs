@@ -1,16 +1,121 @@
-//! Stage 1: coarse retrieval of whole sections.
+//! Stage 1: coarse retrieval of whole sections: BM25 (tantivy) and, with the neural stage, the
+//! nearest section vectors (hnsw), fused by weighted reciprocal rank fusion.
+
+use std::collections::HashMap;
 
 use crate::error::Result;
 use crate::index::{CollectionIndex, SectionHit, Snapshot};
 use crate::types::Filter;
 
-/// The top `top_k` sections for the analysed `terms`, best first.
+/// Weighted reciprocal rank fusion: `Σ weight / (k + rank)`, rank counted from 1.
+#[derive(Clone, Copy, Debug)]
+pub struct Fusion {
+    pub k: f32,
+    pub lexical_weight: f32,
+    pub dense_weight: f32,
+}
+
+/// The top `top_k` sections for the analysed `terms` (and the query vector, when given), best
+/// first. Each hit's `score` is its fused score (its BM25 score when there is no dense leg).
 pub fn retrieve(
     index: &CollectionIndex,
     snapshot: &Snapshot,
     terms: &[String],
+    query_vector: Option<&[f32]>,
     filter: &Filter,
     top_k: usize,
+    fusion: Fusion,
 ) -> Result<Vec<SectionHit>> {
-    index.search(snapshot, terms, filter, top_k)
+    let lexical = index.search(snapshot, terms, filter, top_k)?;
+    let Some(query_vector) = query_vector.filter(|_| index.has_dense()) else {
+        return Ok(lexical);
+    };
+    let dense = index.search_dense(snapshot, query_vector, filter, top_k)?;
+    Ok(fuse(lexical, dense, top_k, fusion))
+}
+
+pub fn fuse(
+    lexical: Vec<SectionHit>,
+    dense: Vec<SectionHit>,
+    top_k: usize,
+    fusion: Fusion,
+) -> Vec<SectionHit> {
+    let mut fused: Vec<SectionHit> = Vec::with_capacity(lexical.len() + dense.len());
+    let mut position: HashMap<u64, usize> = HashMap::with_capacity(lexical.len() + dense.len());
+    for (leg, weight) in [
+        (lexical, fusion.lexical_weight),
+        (dense, fusion.dense_weight),
+    ] {
+        for (rank, mut hit) in leg.into_iter().enumerate() {
+            let contribution = weight / (fusion.k + rank as f32 + 1.0);
+            match position.get(&hit.section_key) {
+                Some(&i) => fused[i].score += contribution,
+                None => {
+                    position.insert(hit.section_key, fused.len());
+                    hit.score = contribution;
+                    fused.push(hit);
+                }
+            }
+        }
+    }
+    fused.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(a.section_key.cmp(&b.section_key))
+    });
+    fused.truncate(top_k);
+    fused
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(key: u64) -> SectionHit {
+        SectionHit {
+            score: 0.0,
+            doc_id: format!("d{key}"),
+            ordinal: 0,
+            version: 0,
+            doc_title: String::new(),
+            heading_path: Vec::new(),
+            text: String::new(),
+            byte_start: 0,
+            char_start: 0,
+            metadata: Default::default(),
+            section_key: key,
+            sentences: Vec::new(),
+            sentence_vectors: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_section_found_by_both_legs_ranks_above_one_found_by_a_single_leg() {
+        let fusion = Fusion {
+            k: 60.0,
+            lexical_weight: 1.0,
+            dense_weight: 1.0,
+        };
+        let fused = fuse(
+            vec![hit(1), hit(2), hit(3)],
+            vec![hit(3), hit(4)],
+            3,
+            fusion,
+        );
+        let keys: Vec<u64> = fused.iter().map(|h| h.section_key).collect();
+        // 3: 1/63 + 1/61; 1: 1/61; 2 and 4 tie at 1/62 and the tie goes to the lower key.
+        assert_eq!(keys, vec![3, 1, 2]);
+        assert!((fused[0].score - (1.0 / 63.0 + 1.0 / 61.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn weights_tilt_the_fusion() {
+        let fusion = Fusion {
+            k: 60.0,
+            lexical_weight: 0.1,
+            dense_weight: 1.0,
+        };
+        let fused = fuse(vec![hit(1)], vec![hit(2)], 2, fusion);
+        assert_eq!(fused[0].section_key, 2);
+    }
 }

@@ -187,6 +187,9 @@ mod properties {
             byte_start: 0,
             char_start: 0,
             metadata: Default::default(),
+            section_key: 0,
+            sentences: Vec::new(),
+            sentence_vectors: Vec::new(),
         }
     }
 

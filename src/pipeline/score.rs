@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::Candidate;
 use crate::cache::SectionAnalysis;
+use crate::embed::QuantizedVectors;
 use crate::index::SectionHit;
 
 const BM25_K1: f32 = 1.2;
@@ -21,6 +22,7 @@ pub struct QueryTerms {
 pub struct Weights {
     pub bm25: f32,
     pub section: f32,
+    pub dense: f32,
 }
 
 /// Scores `candidates` in place and sorts them best first (ties by position, for determinism).
@@ -29,6 +31,7 @@ pub fn score(
     hits: &[crate::index::SectionHit],
     analyses: &[Arc<SectionAnalysis>],
     query: &QueryTerms,
+    query_vector: Option<&[f32]>,
     weights: Weights,
 ) {
     if candidates.is_empty() {
@@ -43,11 +46,14 @@ pub fn score(
     let mut matches: Vec<(u32, u16)> = Vec::new();
     let mut term_frequencies = vec![0u32; query.hashes.len()];
     let mut current_section = u32::MAX;
+    let mut dense = DenseScorer::new(query_vector);
     for (candidate, &length) in candidates.iter_mut().zip(&lengths) {
         if candidate.section != current_section {
             current_section = candidate.section;
             query_matches(&analyses[current_section as usize], query, &mut matches);
+            dense.enter_section(&hits[current_section as usize]);
         }
+        candidate.parts.dense = dense.similarity(candidate.start, candidate.end);
         term_frequencies.iter_mut().for_each(|tf| *tf = 0);
         let first = matches.partition_point(|&(offset, _)| offset < candidate.start);
         for &(offset, term) in &matches[first..] {
@@ -79,13 +85,27 @@ pub fn score(
         .iter()
         .map(|c| c.parts.bm25)
         .fold(0.0f32, f32::max);
+    // Cosines cluster in a narrow band: spread them over 0..1 across this query's candidates.
+    let (min_dense, max_dense) = candidates
+        .iter()
+        .map(|c| c.parts.dense)
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), d| {
+            (lo.min(d), hi.max(d))
+        });
+    let dense_span = max_dense - min_dense;
     for candidate in candidates.iter_mut() {
         let bm25 = if max_bm25 > 0.0 {
             candidate.parts.bm25 / max_bm25
         } else {
             0.0
         };
-        candidate.score = weights.bm25 * bm25 + weights.section * candidate.parts.section;
+        let dense = if query_vector.is_some() && dense_span > 1e-6 {
+            (candidate.parts.dense - min_dense) / dense_span
+        } else {
+            0.0
+        };
+        candidate.score =
+            weights.bm25 * bm25 + weights.section * candidate.parts.section + weights.dense * dense;
     }
     candidates.sort_by(|a, b| {
         b.score
@@ -93,6 +113,69 @@ pub fn score(
             .then(a.section.cmp(&b.section))
             .then(a.start.cmp(&b.start))
     });
+}
+
+/// Cosine of the query to a chunk's vector, pooled from the stored vectors of the sentences the
+/// chunk covers (weighted by how much of each it covers): no model pass at query time.
+struct DenseScorer<'q> {
+    query: Option<&'q [f32]>,
+    vectors: Option<QuantizedVectors>,
+    sentences: Vec<std::ops::Range<u32>>,
+    weights: Vec<f32>,
+    pooled: Vec<f32>,
+}
+
+impl<'q> DenseScorer<'q> {
+    fn new(query: Option<&'q [f32]>) -> Self {
+        Self {
+            query,
+            vectors: None,
+            sentences: Vec::new(),
+            weights: Vec::new(),
+            pooled: Vec::new(),
+        }
+    }
+
+    fn enter_section(&mut self, hit: &SectionHit) {
+        self.vectors = None;
+        let Some(query) = self.query else { return };
+        if hit.sentence_vectors.is_empty() {
+            return;
+        }
+        let Ok(vectors) = QuantizedVectors::from_bytes(&hit.sentence_vectors) else {
+            return;
+        };
+        if vectors.dim() != query.len() || vectors.len() != hit.sentences.len() {
+            return;
+        }
+        self.pooled.resize(vectors.dim(), 0.0);
+        self.sentences.clone_from(&hit.sentences);
+        self.vectors = Some(vectors);
+    }
+
+    fn similarity(&mut self, start: u32, end: u32) -> f32 {
+        let (Some(query), Some(vectors)) = (self.query, &self.vectors) else {
+            return 0.0;
+        };
+        let first = self.sentences.partition_point(|s| s.end <= start);
+        let last = self.sentences.partition_point(|s| s.start < end);
+        if first >= last {
+            return 0.0;
+        }
+        self.weights.clear();
+        self.weights.extend(
+            self.sentences[first..last]
+                .iter()
+                .map(|s| (s.end.min(end).saturating_sub(s.start.max(start))) as f32),
+        );
+        if vectors
+            .pool_into(first..last, &self.weights, &mut self.pooled)
+            .is_err()
+        {
+            return 0.0;
+        }
+        crate::embed::dot(&self.pooled, query)
+    }
 }
 
 /// Analysed tokens inside each candidate: its length for BM25's length normalisation.
@@ -165,6 +248,9 @@ mod tests {
             byte_start: 0,
             char_start: 0,
             metadata: Default::default(),
+            section_key: 0,
+            sentences: Vec::new(),
+            sentence_vectors: Vec::new(),
         }
     }
 
@@ -187,9 +273,11 @@ mod tests {
             &hits,
             &analyses,
             &query,
+            None,
             Weights {
                 bm25: 1.0,
                 section: 0.5,
+                dense: 1.0,
             },
         );
         assert_eq!((candidates[0].start, candidates[0].end), (18, 59));
@@ -216,9 +304,11 @@ mod tests {
             &hits,
             &analyses,
             &query,
+            None,
             Weights {
                 bm25: 1.0,
                 section: 0.5,
+                dense: 1.0,
             },
         );
         assert_eq!(candidates[0].section, 1);

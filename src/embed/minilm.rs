@@ -1,0 +1,597 @@
+//! all-MiniLM-L6-v2 over onnxruntime (`ort`, library loaded at run time).
+//!
+//! Texts are tokenized once without special tokens; [CLS]/[SEP] are added here, so the same
+//! token stream serves whole-text embeddings, per-sentence embeddings and late-chunking windows.
+//! Sequences are sorted by length and packed into batches under a padded-token budget, so short
+//! sentences are not padded to the longest one in the call.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use ort::environment::Environment;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::session::Session;
+use ort::value::TensorRef;
+use tokenizers::Tokenizer;
+
+use super::{l2_normalize, validate_sentence_ranges, EmbedError, Embedder, FineMode, VectorMatrix};
+use crate::tokens::TokenOffsets;
+
+/// Hidden size of all-MiniLM-L6-v2.
+const MINILM_DIM: usize = 384;
+/// The model has 512 positions; sentence-transformers trained and truncates at 256.
+const MINILM_MAX_SEQUENCE_TOKENS: usize = 256;
+
+/// Settings of [`MiniLmEmbedder`].
+#[derive(Clone, Debug)]
+pub struct MiniLmConfig {
+    pub model_path: PathBuf,
+    pub tokenizer_path: PathBuf,
+    pub onnxruntime_library_path: PathBuf,
+    /// Threads each session uses inside one operator.
+    pub intra_op_threads: usize,
+    /// Sessions kept, so that this many calls can run inference at once.
+    pub session_count: usize,
+    /// Most sequences in one model run.
+    pub max_batch_sequences: usize,
+    /// Most padded tokens (sequences × longest) in one model run; bounds activation memory.
+    pub max_batch_tokens: usize,
+    /// Longest model input, [CLS] and [SEP] included (at most 256, the length the model was
+    /// trained at). Longer texts are truncated; late chunking cuts windows of this size.
+    pub max_sequence_tokens: usize,
+    /// Tokens shared by consecutive late-chunking windows, so that a token near a cut still sees
+    /// context on both sides.
+    pub late_chunking_overlap_tokens: usize,
+}
+
+impl MiniLmConfig {
+    /// Default settings for the model files laid out as in `models/` of the repository:
+    /// `minilm/model.onnx`, `minilm/tokenizer.json`, `onnxruntime/libonnxruntime.so`.
+    pub fn from_models_dir(models_dir: &Path) -> Self {
+        Self {
+            model_path: models_dir.join("minilm/model.onnx"),
+            tokenizer_path: models_dir.join("minilm/tokenizer.json"),
+            onnxruntime_library_path: models_dir.join("onnxruntime/libonnxruntime.so"),
+            intra_op_threads: 2,
+            session_count: 1,
+            max_batch_sequences: 32,
+            max_batch_tokens: 8192,
+            max_sequence_tokens: MINILM_MAX_SEQUENCE_TOKENS,
+            late_chunking_overlap_tokens: 32,
+        }
+    }
+}
+
+/// ort allows one environment per process, ever (its slot is never cleared), so every embedder of
+/// the process shares this one. A failed load is not remembered: a later call may retry.
+static ORT_ENVIRONMENT: Mutex<Option<Environment>> = Mutex::new(None);
+
+/// The process-wide onnxruntime environment, loading the library from `library_path` on first use.
+/// Later calls return the same environment whatever path they pass (a process can load only one
+/// onnxruntime library).
+pub fn ort_environment(library_path: &Path) -> Result<Environment, EmbedError> {
+    let mut slot = ORT_ENVIRONMENT
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(environment) = slot.as_ref() {
+        return Ok(environment.clone());
+    }
+    let library_error = |message: String| EmbedError::RuntimeLibrary {
+        path: library_path.to_path_buf(),
+        message,
+    };
+    // `init_from` reports a missing or incompatible library as an error; loading it implicitly
+    // would panic instead.
+    let builder = ort::init_from(library_path).map_err(|error| library_error(error.to_string()))?;
+    let environment = builder
+        .with_name("lathe")
+        .with_telemetry(false)
+        .build()
+        .map_err(|error| library_error(error.to_string()))?;
+    *slot = Some(environment.clone());
+    Ok(environment)
+}
+
+/// all-MiniLM-L6-v2 sentence embedder (384 dimensions, mean pooling, L2-normalised).
+pub struct MiniLmEmbedder {
+    config: MiniLmConfig,
+    tokenizer: Tokenizer,
+    cls_token_id: i64,
+    sep_token_id: i64,
+    /// `Session::run` needs `&mut`; each session sits behind its own lock.
+    sessions: Vec<Mutex<Session>>,
+    next_session: AtomicUsize,
+}
+
+impl std::fmt::Debug for MiniLmEmbedder {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("MiniLmEmbedder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One model input: content token ids without [CLS]/[SEP].
+struct Sequence<'a> {
+    content_ids: &'a [u32],
+}
+
+/// A late-chunking window over the section's tokens: the model sees `tokens`, and the states of
+/// `owned` (the tokens with the most context in this window) are kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct LateChunkingWindow {
+    tokens: Range<usize>,
+    owned: Range<usize>,
+}
+
+impl MiniLmEmbedder {
+    pub fn new(config: MiniLmConfig) -> Result<Self, EmbedError> {
+        if config.max_sequence_tokens < 3 || config.max_sequence_tokens > MINILM_MAX_SEQUENCE_TOKENS
+        {
+            return Err(EmbedError::invalid_argument(
+                "max_sequence_tokens",
+                format!(
+                    "must lie in 3..={MINILM_MAX_SEQUENCE_TOKENS}, got {}",
+                    config.max_sequence_tokens
+                ),
+            ));
+        }
+        if config.max_batch_sequences == 0 || config.max_batch_tokens < config.max_sequence_tokens {
+            return Err(EmbedError::invalid_argument(
+                "max_batch_tokens",
+                "batches must hold at least one sequence of max_sequence_tokens",
+            ));
+        }
+        let environment = ort_environment(&config.onnxruntime_library_path)?;
+        let mut tokenizer = Tokenizer::from_file(&config.tokenizer_path).map_err(|error| {
+            EmbedError::TokenizerFile {
+                path: config.tokenizer_path.clone(),
+                message: error.to_string(),
+            }
+        })?;
+        // The shipped tokenizer pads and truncates to 128; batching and truncation happen here.
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(None)
+            .map_err(EmbedError::tokenize)?;
+        let special_id = |token: &str| {
+            tokenizer
+                .token_to_id(token)
+                .map(i64::from)
+                .ok_or_else(|| EmbedError::TokenizerFile {
+                    path: config.tokenizer_path.clone(),
+                    message: format!("vocabulary has no {token}"),
+                })
+        };
+        let cls_token_id = special_id("[CLS]")?;
+        let sep_token_id = special_id("[SEP]")?;
+
+        let model_error = |error: &dyn std::fmt::Display| EmbedError::ModelFile {
+            path: config.model_path.clone(),
+            message: error.to_string(),
+        };
+        let mut sessions = Vec::with_capacity(config.session_count.max(1));
+        for _ in 0..config.session_count.max(1) {
+            let session = Session::builder(&environment)
+                .map_err(|error| model_error(&error))?
+                .with_optimization_level(GraphOptimizationLevel::All)
+                .map_err(|error| model_error(&error))?
+                .with_intra_threads(config.intra_op_threads.max(1))
+                .map_err(|error| model_error(&error))?
+                .commit_from_file(&config.model_path)
+                .map_err(|error| model_error(&error))?;
+            sessions.push(Mutex::new(session));
+        }
+        Ok(Self {
+            config,
+            tokenizer,
+            cls_token_id,
+            sep_token_id,
+            sessions,
+            next_session: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn config(&self) -> &MiniLmConfig {
+        &self.config
+    }
+
+    /// Longest content (tokens without [CLS]/[SEP]) of one model input.
+    fn max_content_tokens(&self) -> usize {
+        self.config.max_sequence_tokens - 2
+    }
+
+    /// Token ids and byte offsets of `text`, without special tokens, untruncated.
+    fn tokenize(&self, text: &str) -> Result<tokenizers::Encoding, EmbedError> {
+        self.tokenizer
+            .encode(text, false)
+            .map_err(EmbedError::tokenize)
+    }
+
+    /// Number of model tokens of `text` ([CLS]/[SEP] excluded, no truncation).
+    pub fn count_tokens(&self, text: &str) -> Result<usize, EmbedError> {
+        Ok(self.tokenize(text)?.len())
+    }
+
+    /// A free session if there is one, else waits for the next in turn.
+    fn acquire_session(&self) -> MutexGuard<'_, Session> {
+        let first = self.next_session.fetch_add(1, Ordering::Relaxed);
+        for offset in 0..self.sessions.len() {
+            let index = (first + offset) % self.sessions.len();
+            if let Ok(guard) = self.sessions[index].try_lock() {
+                return guard;
+            }
+        }
+        // A panic inside a run leaves the session itself usable: runs keep no state between calls.
+        self.sessions[first % self.sessions.len()]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `sequences` through the model in length-sorted batches and hands each sequence's token
+    /// states to `sink(sequence_index, states)`, where `states` holds `content_len + 2` rows of
+    /// [`MINILM_DIM`] floats: [CLS], the content tokens, [SEP].
+    fn run_sequences(
+        &self,
+        sequences: &[Sequence<'_>],
+        mut sink: impl FnMut(usize, &[f32]),
+    ) -> Result<(), EmbedError> {
+        let mut order: Vec<usize> = (0..sequences.len()).collect();
+        order.sort_by_key(|&index| sequences[index].content_ids.len());
+
+        let mut input_ids: Vec<i64> = Vec::new();
+        let mut attention_mask: Vec<i64> = Vec::new();
+        let mut token_type_ids: Vec<i64> = Vec::new();
+        let mut batch_start = 0;
+        while batch_start < order.len() {
+            // Sorted ascending, so the last sequence taken sets the padded length.
+            let mut batch_end = batch_start;
+            while batch_end < order.len()
+                && batch_end - batch_start < self.config.max_batch_sequences
+            {
+                let padded_len = sequences[order[batch_end]].content_ids.len() + 2;
+                if batch_end > batch_start
+                    && (batch_end - batch_start + 1) * padded_len > self.config.max_batch_tokens
+                {
+                    break;
+                }
+                batch_end += 1;
+            }
+            let batch = &order[batch_start..batch_end];
+            let padded_len = sequences[order[batch_end - 1]].content_ids.len() + 2;
+
+            input_ids.clear();
+            attention_mask.clear();
+            input_ids.resize(batch.len() * padded_len, 0);
+            attention_mask.resize(batch.len() * padded_len, 0);
+            token_type_ids.resize(batch.len() * padded_len, 0);
+            for (row, &sequence_index) in batch.iter().enumerate() {
+                let content = sequences[sequence_index].content_ids;
+                let ids_row = &mut input_ids[row * padded_len..(row + 1) * padded_len];
+                ids_row[0] = self.cls_token_id;
+                for (slot, &id) in ids_row[1..].iter_mut().zip(content) {
+                    *slot = i64::from(id);
+                }
+                ids_row[content.len() + 1] = self.sep_token_id;
+                attention_mask[row * padded_len..row * padded_len + content.len() + 2].fill(1);
+            }
+
+            let shape = [batch.len(), padded_len];
+            let inputs = ort::inputs![
+                "input_ids" => TensorRef::from_array_view((shape, input_ids.as_slice())).map_err(EmbedError::inference)?,
+                "attention_mask" => TensorRef::from_array_view((shape, attention_mask.as_slice())).map_err(EmbedError::inference)?,
+                "token_type_ids" => TensorRef::from_array_view((shape, &token_type_ids[..batch.len() * padded_len])).map_err(EmbedError::inference)?,
+            ];
+            let mut session = self.acquire_session();
+            let outputs = session.run(inputs).map_err(EmbedError::inference)?;
+            let hidden = outputs
+                .get("last_hidden_state")
+                .ok_or_else(|| EmbedError::inference("model has no output `last_hidden_state`"))?;
+            let (output_shape, states) = hidden
+                .try_extract_tensor::<f32>()
+                .map_err(EmbedError::inference)?;
+            let expected_shape = [batch.len() as i64, padded_len as i64, MINILM_DIM as i64];
+            if output_shape[..] != expected_shape[..]
+                || states.len() != batch.len() * padded_len * MINILM_DIM
+            {
+                return Err(EmbedError::inference(format!(
+                    "last_hidden_state has shape {output_shape:?}, expected {expected_shape:?}"
+                )));
+            }
+            for (row, &sequence_index) in batch.iter().enumerate() {
+                let real_len = sequences[sequence_index].content_ids.len() + 2;
+                let row_start = row * padded_len * MINILM_DIM;
+                sink(
+                    sequence_index,
+                    &states[row_start..row_start + real_len * MINILM_DIM],
+                );
+            }
+            batch_start = batch_end;
+        }
+        Ok(())
+    }
+
+    /// Embeds texts given as token id lists (already truncated), mean-pooling every row of the
+    /// model input ([CLS] and [SEP] included, as sentence-transformers does); list `i` goes to
+    /// row `targets[i].1` of `matrices[targets[i].0]`.
+    fn embed_token_lists(
+        &self,
+        token_lists: &[&[u32]],
+        targets: &[(usize, usize)],
+        matrices: &mut [VectorMatrix],
+    ) -> Result<(), EmbedError> {
+        let sequences: Vec<Sequence<'_>> = token_lists
+            .iter()
+            .map(|&content_ids| Sequence { content_ids })
+            .collect();
+        self.run_sequences(&sequences, |sequence_index, states| {
+            let (matrix_index, row_index) = targets[sequence_index];
+            let row = matrices[matrix_index].row_mut(row_index);
+            row.fill(0.0);
+            for token_state in states.chunks_exact(MINILM_DIM) {
+                row.iter_mut()
+                    .zip(token_state)
+                    .for_each(|(sum, x)| *sum += x);
+            }
+            // Scaling by 1 / token count would not change the direction.
+            l2_normalize(row);
+        })
+    }
+
+    /// Sentence vectors of many sections in one pass, so that batches are filled across
+    /// sections (a section alone often has only a handful of sentences or one window).
+    fn batched_sentence_vectors(
+        &self,
+        sections: &[(&str, &[Range<usize>])],
+        mode: FineMode,
+    ) -> Result<Vec<VectorMatrix>, EmbedError> {
+        for (text, sentences) in sections {
+            validate_sentence_ranges(text, sentences)?;
+        }
+        match mode {
+            FineMode::PerSentence => self.per_sentence_vectors(sections),
+            FineMode::LateChunking => self.late_chunking_vectors(sections),
+        }
+    }
+
+    fn per_sentence_vectors(
+        &self,
+        sections: &[(&str, &[Range<usize>])],
+    ) -> Result<Vec<VectorMatrix>, EmbedError> {
+        let mut matrices: Vec<VectorMatrix> = sections
+            .iter()
+            .map(|(_, sentences)| VectorMatrix::zeros(MINILM_DIM, sentences.len()))
+            .collect();
+        let mut encodings = Vec::new();
+        let mut targets = Vec::new();
+        for (section_index, (text, sentences)) in sections.iter().enumerate() {
+            for (row, range) in sentences.iter().enumerate() {
+                let encoding = self.tokenize(&text[range.clone()])?;
+                // A sentence without tokens keeps its zero row (see `Embedder::sentence_vectors`).
+                if encoding.is_empty() {
+                    continue;
+                }
+                encodings.push(encoding);
+                targets.push((section_index, row));
+            }
+        }
+        let max_content = self.max_content_tokens();
+        let token_lists: Vec<&[u32]> = encodings
+            .iter()
+            .map(|encoding| &encoding.get_ids()[..encoding.len().min(max_content)])
+            .collect();
+        self.embed_token_lists(&token_lists, &targets, &mut matrices)?;
+        Ok(matrices)
+    }
+
+    fn late_chunking_vectors(
+        &self,
+        sections: &[(&str, &[Range<usize>])],
+    ) -> Result<Vec<VectorMatrix>, EmbedError> {
+        let mut matrices: Vec<VectorMatrix> = sections
+            .iter()
+            .map(|(_, sentences)| VectorMatrix::zeros(MINILM_DIM, sentences.len()))
+            .collect();
+        let mut encodings = Vec::with_capacity(sections.len());
+        let mut sentence_tokens: Vec<Vec<Range<usize>>> = Vec::with_capacity(sections.len());
+        let mut windows: Vec<(usize, LateChunkingWindow)> = Vec::new();
+        for (section_index, (text, sentences)) in sections.iter().enumerate() {
+            let encoding = self.tokenize(text)?;
+            let offsets = TokenOffsets::from_spans(text, encoding.get_offsets().iter().copied());
+            // A token belongs to the sentence its first byte lies in; this also works for
+            // sentence ranges that leave gaps or split a token.
+            sentence_tokens.push(
+                sentences
+                    .iter()
+                    .map(|range| {
+                        let starts = offsets.starts();
+                        let first = starts.partition_point(|&start| (start as usize) < range.start);
+                        let end = starts.partition_point(|&start| (start as usize) < range.end);
+                        first..end.max(first)
+                    })
+                    .collect(),
+            );
+            windows.extend(
+                plan_late_chunking_windows(
+                    encoding.len(),
+                    self.max_content_tokens(),
+                    self.config.late_chunking_overlap_tokens,
+                )
+                .into_iter()
+                .map(|window| (section_index, window)),
+            );
+            encodings.push(encoding);
+        }
+        let sequences: Vec<Sequence<'_>> = windows
+            .iter()
+            .map(|(section_index, window)| Sequence {
+                content_ids: &encodings[*section_index].get_ids()[window.tokens.clone()],
+            })
+            .collect();
+        self.run_sequences(&sequences, |window_index, states| {
+            let (section_index, window) = &windows[window_index];
+            let matrix = &mut matrices[*section_index];
+            for (sentence_index, tokens) in sentence_tokens[*section_index].iter().enumerate() {
+                let first = tokens.start.max(window.owned.start);
+                let end = tokens.end.min(window.owned.end);
+                if first >= end {
+                    continue;
+                }
+                let row = matrix.row_mut(sentence_index);
+                for token in first..end {
+                    // Row 0 of the window's states is [CLS].
+                    let state_row = token - window.tokens.start + 1;
+                    let token_state = &states[state_row * MINILM_DIM..(state_row + 1) * MINILM_DIM];
+                    row.iter_mut()
+                        .zip(token_state)
+                        .for_each(|(sum, x)| *sum += x);
+                }
+            }
+        })?;
+        // Sentences without tokens kept zero sums and stay zero.
+        for matrix in &mut matrices {
+            for row in 0..matrix.rows() {
+                l2_normalize(matrix.row_mut(row));
+            }
+        }
+        Ok(matrices)
+    }
+}
+
+/// Cuts `token_count` tokens into windows of at most `window_tokens`, consecutive windows sharing
+/// `overlap_tokens` (the last window is pulled back to end at the text's end, so it is full).
+/// Ownership of a shared token goes to the window where it lies farther from the cut: the
+/// overlap is split at its middle. The owned ranges partition `0..token_count`.
+fn plan_late_chunking_windows(
+    token_count: usize,
+    window_tokens: usize,
+    overlap_tokens: usize,
+) -> Vec<LateChunkingWindow> {
+    let window_tokens = window_tokens.max(1);
+    // An overlap of half a window or more would make no progress.
+    let overlap_tokens = overlap_tokens.min((window_tokens - 1) / 2);
+    let mut windows: Vec<LateChunkingWindow> = Vec::new();
+    let mut start = 0;
+    while start < token_count {
+        let mut end = start + window_tokens;
+        if end >= token_count {
+            end = token_count;
+            start = token_count.saturating_sub(window_tokens);
+        }
+        windows.push(LateChunkingWindow {
+            tokens: start..end,
+            owned: 0..0,
+        });
+        if end == token_count {
+            break;
+        }
+        start = end - overlap_tokens;
+    }
+    let window_count = windows.len();
+    for index in 0..window_count {
+        let owned_start = if index == 0 {
+            0
+        } else {
+            (windows[index].tokens.start + windows[index - 1].tokens.end).div_ceil(2)
+        };
+        let owned_end = if index + 1 == window_count {
+            token_count
+        } else {
+            (windows[index + 1].tokens.start + windows[index].tokens.end).div_ceil(2)
+        };
+        windows[index].owned = owned_start..owned_end;
+    }
+    windows
+}
+
+impl Embedder for MiniLmEmbedder {
+    fn dim(&self) -> usize {
+        MINILM_DIM
+    }
+
+    fn embed_texts(&self, texts: &[&str]) -> Result<VectorMatrix, EmbedError> {
+        let mut matrices = [VectorMatrix::zeros(MINILM_DIM, texts.len())];
+        let encodings = texts
+            .iter()
+            .map(|text| self.tokenize(text))
+            .collect::<Result<Vec<_>, _>>()?;
+        let max_content = self.max_content_tokens();
+        let token_lists: Vec<&[u32]> = encodings
+            .iter()
+            .map(|encoding| &encoding.get_ids()[..encoding.len().min(max_content)])
+            .collect();
+        let targets: Vec<(usize, usize)> = (0..texts.len()).map(|row| (0, row)).collect();
+        self.embed_token_lists(&token_lists, &targets, &mut matrices)?;
+        let [matrix] = matrices;
+        Ok(matrix)
+    }
+
+    fn sentence_vectors(
+        &self,
+        section_text: &str,
+        sentences: &[Range<usize>],
+        mode: FineMode,
+    ) -> Result<VectorMatrix, EmbedError> {
+        let mut matrices = self.batched_sentence_vectors(&[(section_text, sentences)], mode)?;
+        matrices
+            .pop()
+            .ok_or_else(|| EmbedError::inference("no vectors came back"))
+    }
+
+    fn sentence_vectors_of_sections(
+        &self,
+        sections: &[(&str, &[Range<usize>])],
+        mode: FineMode,
+    ) -> Result<Vec<VectorMatrix>, EmbedError> {
+        self.batched_sentence_vectors(sections, mode)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn short_text_is_one_window_owning_everything() {
+        let windows = plan_late_chunking_windows(10, 254, 32);
+        assert_eq!(
+            windows,
+            vec![LateChunkingWindow {
+                tokens: 0..10,
+                owned: 0..10
+            }]
+        );
+        assert!(plan_late_chunking_windows(0, 254, 32).is_empty());
+    }
+
+    #[test]
+    fn overlap_is_split_at_its_middle() {
+        let windows = plan_late_chunking_windows(300, 100, 20);
+        let tokens: Vec<_> = windows.iter().map(|w| w.tokens.clone()).collect();
+        assert_eq!(tokens, vec![0..100, 80..180, 160..260, 200..300]);
+        let owned: Vec<_> = windows.iter().map(|w| w.owned.clone()).collect();
+        assert_eq!(owned, vec![0..90, 90..170, 170..230, 230..300]);
+    }
+
+    proptest! {
+        #[test]
+        fn owned_ranges_partition_the_tokens_inside_their_windows(
+            token_count in 0usize..3000, window in 1usize..300, overlap in 0usize..200,
+        ) {
+            let windows = plan_late_chunking_windows(token_count, window, overlap);
+            let mut next = 0;
+            for w in &windows {
+                prop_assert!(w.tokens.len() <= window);
+                prop_assert!(w.tokens.end <= token_count);
+                prop_assert_eq!(w.owned.start, next);
+                prop_assert!(w.owned.start >= w.tokens.start && w.owned.end <= w.tokens.end);
+                next = w.owned.end;
+            }
+            prop_assert_eq!(next, token_count);
+        }
+    }
+}

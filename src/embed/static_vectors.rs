@@ -1,0 +1,156 @@
+//! Static token embeddings (wordllama `l2_supercat_256`): a text's vector is the mean of its
+//! tokens' rows, L2-normalised. No model runs, so it costs about as much as tokenizing.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use half::f16;
+use safetensors::{Dtype, SafeTensors};
+use tokenizers::Tokenizer;
+
+use super::{l2_normalize, validate_sentence_ranges, EmbedError, Embedder, FineMode, VectorMatrix};
+
+/// Name of the embedding table inside the wordllama safetensors file.
+const EMBEDDING_TENSOR_NAME: &str = "embedding.weight";
+
+/// Mean-of-token-rows embedder over a float16 table (kept as f32 in memory: 32 000 × 256 × 4 B =
+/// 33 MB, traded for not converting halves in the hot loop).
+pub struct StaticEmbedder {
+    tokenizer: Tokenizer,
+    dim: usize,
+    /// Row-major `vocabulary × dim`.
+    table: Vec<f32>,
+}
+
+impl std::fmt::Debug for StaticEmbedder {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("StaticEmbedder")
+            .field("dim", &self.dim)
+            .field("vocabulary", &self.vocabulary_len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StaticEmbedder {
+    /// Loads `wordllama/l2_supercat_256.safetensors` and `wordllama/tokenizer.json` from `models_dir`.
+    pub fn from_models_dir(models_dir: &Path) -> Result<Self, EmbedError> {
+        Self::new(
+            &models_dir.join("wordllama/l2_supercat_256.safetensors"),
+            &models_dir.join("wordllama/tokenizer.json"),
+        )
+    }
+
+    pub fn new(weights_path: &Path, tokenizer_path: &Path) -> Result<Self, EmbedError> {
+        let weights_error = |message: String| EmbedError::ModelFile {
+            path: PathBuf::from(weights_path),
+            message,
+        };
+        let bytes =
+            std::fs::read(weights_path).map_err(|error| weights_error(error.to_string()))?;
+        let tensors =
+            SafeTensors::deserialize(&bytes).map_err(|error| weights_error(error.to_string()))?;
+        let tensor = tensors
+            .tensor(EMBEDDING_TENSOR_NAME)
+            .map_err(|error| weights_error(error.to_string()))?;
+        let (vocabulary, dim) = match tensor.shape() {
+            &[vocabulary, dim] if dim > 0 => (vocabulary, dim),
+            shape => {
+                return Err(weights_error(format!(
+                    "`{EMBEDDING_TENSOR_NAME}` has shape {shape:?}, expected 2-d"
+                )))
+            }
+        };
+        let table: Vec<f32> = match tensor.dtype() {
+            Dtype::F16 => tensor
+                .data()
+                .chunks_exact(2)
+                .map(|half_bytes| f16::from_le_bytes([half_bytes[0], half_bytes[1]]).to_f32())
+                .collect(),
+            Dtype::F32 => tensor
+                .data()
+                .chunks_exact(4)
+                .map(|bytes| f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+                .collect(),
+            other => {
+                return Err(weights_error(format!(
+                    "`{EMBEDDING_TENSOR_NAME}` has dtype {other:?}, expected F16 or F32"
+                )))
+            }
+        };
+        if table.len() != vocabulary * dim {
+            return Err(weights_error(format!(
+                "`{EMBEDDING_TENSOR_NAME}` holds {} values, expected {}",
+                table.len(),
+                vocabulary * dim
+            )));
+        }
+
+        let mut tokenizer =
+            Tokenizer::from_file(tokenizer_path).map_err(|error| EmbedError::TokenizerFile {
+                path: PathBuf::from(tokenizer_path),
+                message: error.to_string(),
+            })?;
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(None)
+            .map_err(EmbedError::tokenize)?;
+        Ok(Self {
+            tokenizer,
+            dim,
+            table,
+        })
+    }
+
+    pub fn vocabulary_len(&self) -> usize {
+        self.table.len() / self.dim
+    }
+
+    /// Writes the normalised mean of `text`'s token rows into `out` (zeros when it has no token).
+    fn embed_into(&self, text: &str, out: &mut [f32]) -> Result<(), EmbedError> {
+        out.fill(0.0);
+        let encoding = self
+            .tokenizer
+            .encode(text, false)
+            .map_err(EmbedError::tokenize)?;
+        for &id in encoding.get_ids() {
+            let start = id as usize * self.dim;
+            // An id past the table (a tokenizer/table mismatch) is skipped rather than trusted.
+            let Some(row) = self.table.get(start..start + self.dim) else {
+                continue;
+            };
+            out.iter_mut().zip(row).for_each(|(sum, x)| *sum += x);
+        }
+        l2_normalize(out);
+        Ok(())
+    }
+}
+
+impl Embedder for StaticEmbedder {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn embed_texts(&self, texts: &[&str]) -> Result<VectorMatrix, EmbedError> {
+        let mut matrix = VectorMatrix::zeros(self.dim, texts.len());
+        for (row, text) in texts.iter().enumerate() {
+            self.embed_into(text, matrix.row_mut(row))?;
+        }
+        Ok(matrix)
+    }
+
+    /// Static vectors have no context, so both modes give each sentence the mean of its own rows.
+    fn sentence_vectors(
+        &self,
+        section_text: &str,
+        sentences: &[Range<usize>],
+        _mode: FineMode,
+    ) -> Result<VectorMatrix, EmbedError> {
+        validate_sentence_ranges(section_text, sentences)?;
+        let mut matrix = VectorMatrix::zeros(self.dim, sentences.len());
+        for (row, range) in sentences.iter().enumerate() {
+            self.embed_into(&section_text[range.clone()], matrix.row_mut(row))?;
+        }
+        Ok(matrix)
+    }
+}

@@ -1,0 +1,81 @@
+//! The neural stage through the real server: dense retrieval finds a paraphrase that shares no
+//! content word with its section, a deleted document never comes back, and vectors survive restart.
+
+mod common;
+
+use common::*;
+use lathe::api::proto;
+use lathe::api::proto::DocumentFormat as Format;
+
+const DOCUMENTS: [(&str, &str); 5] = [
+    (
+        "install",
+        "To install the program, run the installer and follow the wizard until it finishes.",
+    ),
+    (
+        "weather",
+        "The forecast says the afternoon will bring heavy rain and strong wind along the coast.",
+    ),
+    (
+        "cooking",
+        "Simmer the tomatoes with garlic and basil for twenty minutes before adding the pasta.",
+    ),
+    (
+        "finance",
+        "The quarterly revenue grew twelve percent while the operating costs stayed flat.",
+    ),
+    (
+        "sports",
+        "The striker scored twice in the second half and the team won the final.",
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dense_retrieval_finds_paraphrases_forgets_deletes_and_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let mut client = server.client.clone();
+    create_collection(&mut client, "c").await;
+    let documents = DOCUMENTS
+        .iter()
+        .map(|(id, text)| document(id, text, Format::Plain))
+        .collect();
+    upsert(&mut client, "c", documents).await;
+
+    // Only "the" is shared with every section: lexical scores cannot tell them apart.
+    let question = "how do I set up the software on my computer";
+    let response = retrieve(&mut client, retrieve_request("c", question, 40)).await;
+    assert_eq!(response.chunks[0].doc_id, "install", "{response:?}");
+    let dense = response.chunks[0].score_parts.unwrap().dense;
+    assert!(dense > 0.3, "pooled cosine {dense}");
+    assert!(response.timings.iter().any(|t| t.stage == "embed"));
+
+    client
+        .delete_documents(proto::DeleteDocumentsRequest {
+            collection: "c".into(),
+            ids: vec!["install".into()],
+            wait: true,
+        })
+        .await
+        .unwrap();
+    let response = retrieve(&mut client, retrieve_request("c", question, 400)).await;
+    assert!(
+        response.chunks.iter().all(|c| c.doc_id != "install"),
+        "a deleted document came back: {response:?}"
+    );
+    server.stop().await;
+
+    // After a restart the dense index is rebuilt from the vectors stored with the sections.
+    let server = TestServer::start(dir.path()).await;
+    let mut client = server.client.clone();
+    let response = retrieve(
+        &mut client,
+        retrieve_request("c", "will it be stormy by the sea later today", 40),
+    )
+    .await;
+    assert_eq!(response.chunks[0].doc_id, "weather", "{response:?}");
+    assert!(response.chunks[0].score_parts.unwrap().dense > 0.3);
+    let response = retrieve(&mut client, retrieve_request("c", question, 400)).await;
+    assert!(response.chunks.iter().all(|c| c.doc_id != "install"));
+    server.stop().await;
+}
