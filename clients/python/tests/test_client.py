@@ -134,8 +134,9 @@ def test_every_strategy_stays_within_every_budget(
         source = {"terns.txt": LONG_PLAIN, "guide.md": MARKDOWN, "volcano.md": VOLCANO}.get(chunk.doc_id)
         if source is not None:
             assert source[chunk.char_span.start : chunk.char_span.end] == chunk.text
-        if strategy == "fixed":
-            assert chunk.token_count <= 32
+        # Windows of one section that overlap or touch are merged into one span (no text is
+        # returned twice), so a returned span may be longer than max_tokens; the budget holds.
+        assert chunk.token_count <= budget
 
 
 def test_metadata_and_document_filters_apply(lathe: Lathe, docs: str) -> None:
@@ -165,7 +166,8 @@ def test_upsert_replaces_and_delete_removes(lathe: Lathe) -> None:
     lathe.create_collection(name)
     lathe.upsert(name, [Document(id="a", text="The old text mentions pelicans.")], wait=True)
     lathe.upsert(name, [Document(id="a", text="The new text mentions flamingos.")], wait=True)
-    assert lathe.retrieve(name, "pelicans", budget=50).chunks == []
+    # Dense retrieval always has nearest sections: what must hold is that the old text is gone.
+    assert all("pelicans" not in c.text for c in lathe.retrieve(name, "pelicans", budget=50).chunks)
     assert lathe.retrieve(name, "flamingos", budget=50).chunks[0].doc_id == "a"
     deleted = lathe.delete_documents(name, ["a"], wait=True)
     assert deleted.documents == 1

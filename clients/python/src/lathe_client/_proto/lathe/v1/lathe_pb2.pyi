@@ -23,6 +23,8 @@ class ChunkStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CHUNK_STRATEGY_STRUCTURE: _ClassVar[ChunkStrategy]
     CHUNK_STRATEGY_AUTO: _ClassVar[ChunkStrategy]
     CHUNK_STRATEGY_SEMANTIC: _ClassVar[ChunkStrategy]
+    CHUNK_STRATEGY_CSV: _ClassVar[ChunkStrategy]
+    CHUNK_STRATEGY_CODE: _ClassVar[ChunkStrategy]
 
 class ChunkUnit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -45,6 +47,8 @@ CHUNK_STRATEGY_RECURSIVE: ChunkStrategy
 CHUNK_STRATEGY_STRUCTURE: ChunkStrategy
 CHUNK_STRATEGY_AUTO: ChunkStrategy
 CHUNK_STRATEGY_SEMANTIC: ChunkStrategy
+CHUNK_STRATEGY_CSV: ChunkStrategy
+CHUNK_STRATEGY_CODE: ChunkStrategy
 CHUNK_UNIT_TOKENS: ChunkUnit
 CHUNK_UNIT_WORDS: ChunkUnit
 CHUNK_UNIT_CHARS: ChunkUnit
