@@ -434,12 +434,18 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
             ..Default::default()
         })
         .collect();
-    let ingested = client
-        .upsert_documents(proto::UpsertDocumentsRequest {
+    // Streamed one document a message: embedding a whole corpus takes longer than the deadline a
+    // single unary call gets.
+    let messages: Vec<proto::UpsertDocumentsRequest> = documents
+        .into_iter()
+        .map(|document| proto::UpsertDocumentsRequest {
             collection: collection.to_string(),
-            documents,
+            documents: vec![document],
             wait: true,
         })
+        .collect();
+    let ingested = client
+        .upload_documents(tokio_stream::iter(messages))
         .await
         .map_err(|s| anyhow::anyhow!("ingesting: {}", s.message()))?
         .into_inner();
