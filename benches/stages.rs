@@ -174,7 +174,7 @@ fn stages(c: &mut Criterion) {
         .iter()
         .zip(&analyses)
         .map(|((hits, terms), analyses)| {
-            let mut candidates = rechunk(hits, analyses, &sentence_128);
+            let mut candidates = rechunk(hits, analyses, &sentence_128, Default::default());
             score(&mut candidates, hits, analyses, terms, None, WEIGHTS);
             candidates
         })
@@ -218,7 +218,7 @@ fn stages(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.iter(|| {
                 for ((hits, _), analyses) in workload.queries.iter().zip(&analyses) {
-                    black_box(rechunk(hits, analyses, &chunk_options));
+                    black_box(rechunk(hits, analyses, &chunk_options, Default::default()));
                 }
             })
         });
@@ -227,7 +227,7 @@ fn stages(c: &mut Criterion) {
         .queries
         .iter()
         .zip(&analyses)
-        .map(|((hits, _), analyses)| rechunk(hits, analyses, &sentence_128))
+        .map(|((hits, _), analyses)| rechunk(hits, analyses, &sentence_128, Default::default()))
         .collect();
     group.bench_function("score/sentence-128", |b| {
         b.iter_batched(

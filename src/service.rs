@@ -436,6 +436,7 @@ fn runtime_for(stored: &StoredSettings, models_dir: &std::path::Path) -> Result<
         overlap_tokens: stored.default_overlap_tokens,
         unit: Unit::Tokens,
         separators: Vec::new(),
+        semantic: None,
     };
     Ok(CollectionRuntime {
         tokenizer,
@@ -567,6 +568,7 @@ impl LatheApi for Engine {
         blocking(move || catalog.delete(&name)).await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(collection = %collection_name, documents = documents.len(), wait))]
     async fn upsert_documents(
         &self,
         collection_name: &str,
@@ -863,7 +865,12 @@ fn run_pipeline(
     );
     lap("analyze", &mut timings);
 
-    let mut candidates = rechunk::rechunk(&hits, &analyses, options);
+    let semantic_threshold = query
+        .chunking
+        .semantic
+        .map(|rule| rule.threshold())
+        .unwrap_or_default();
+    let mut candidates = rechunk::rechunk(&hits, &analyses, options, semantic_threshold);
     lap("chunk", &mut timings);
 
     score::score(

@@ -40,6 +40,37 @@ pub struct ChunkingSpec {
     pub overlap_tokens: Option<u32>,
     pub unit: Unit,
     pub separators: Vec<String>,
+    /// Breakpoint rule of the semantic strategy; `None` = percentile 95.
+    pub semantic: Option<SemanticRule>,
+}
+
+/// A semantic breakpoint rule and its amount (kept as f32 bits so requests stay hashable for the
+/// result cache).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SemanticRule {
+    pub kind: SemanticKind,
+    pub amount_bits: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SemanticKind {
+    Percentile,
+    StdDev,
+    Interquartile,
+    Gradient,
+}
+
+impl SemanticRule {
+    pub fn threshold(self) -> crate::chunk::SemanticThreshold {
+        use crate::chunk::SemanticThreshold as T;
+        let amount = f32::from_bits(self.amount_bits);
+        match self.kind {
+            SemanticKind::Percentile => T::Percentile(amount),
+            SemanticKind::StdDev => T::StdDev(amount),
+            SemanticKind::Interquartile => T::Interquartile(amount),
+            SemanticKind::Gradient => T::Gradient(amount),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

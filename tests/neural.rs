@@ -50,6 +50,38 @@ async fn dense_retrieval_finds_paraphrases_forgets_deletes_and_survives_restart(
     assert!(dense > 0.3, "pooled cosine {dense}");
     assert!(response.timings.iter().any(|t| t.stage == "embed"));
 
+    // The semantic strategy cuts on stored sentence vectors, with the breakpoint rule asked for.
+    let long = "Volcanoes erupt when magma rises. Lava flows down the slopes. Ash clouds cover the sky. \
+                The stock market fell sharply today. Investors sold bank shares. Bond yields rose again.";
+    upsert(
+        &mut client,
+        "c",
+        vec![document("mixed", long, Format::Plain)],
+    )
+    .await;
+    let mut request = retrieve_request("c", "magma lava ash volcano", 200);
+    request.filter = Some(proto::Filter {
+        metadata: vec![],
+        doc_ids: vec!["mixed".into()],
+    });
+    request.chunking = Some(proto::ChunkingOptions {
+        strategy: proto::ChunkStrategy::Semantic as i32,
+        max_tokens: Some(64),
+        semantic_threshold: proto::SemanticThreshold::StdDev as i32,
+        semantic_amount: Some(0.5),
+        ..Default::default()
+    });
+    let response = retrieve(&mut client, request).await;
+    assert!(!response.chunks.is_empty());
+    assert!(
+        response
+            .chunks
+            .iter()
+            .all(|c| c.strategy == proto::ChunkStrategy::Semantic as i32),
+        "{response:?}"
+    );
+    assert!(response.chunks[0].text.contains("magma"), "{response:?}");
+
     client
         .delete_documents(proto::DeleteDocumentsRequest {
             collection: "c".into(),

@@ -9,7 +9,7 @@ use crate::error::{LatheError, Result};
 use crate::types::{
     ChunkingSpec, CollectionInfo, CollectionSettings, CollectionStats, DocumentFormat,
     DocumentInput, Filter, ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk,
-    SectionBoundary, WriteOutcome, DEFAULT_SECTION_TOKENS,
+    SectionBoundary, SemanticKind, SemanticRule, WriteOutcome, DEFAULT_SECTION_TOKENS,
 };
 
 pub fn strategy_from_proto(value: i32, field: &str) -> Result<Option<Strategy>> {
@@ -80,6 +80,8 @@ pub fn chunking_from_proto(
         overlap_tokens,
         unit,
         separators,
+        semantic_threshold,
+        semantic_amount,
     }) = options
     else {
         return Ok(ChunkingSpec::default());
@@ -96,7 +98,42 @@ pub fn chunking_from_proto(
         overlap_tokens,
         unit: unit_from_proto(unit, &format!("{field}.unit"))?,
         separators,
+        semantic: semantic_rule_from_proto(semantic_threshold, semantic_amount, field)?,
     })
+}
+
+fn semantic_rule_from_proto(
+    threshold: i32,
+    amount: Option<f32>,
+    field: &str,
+) -> Result<Option<SemanticRule>> {
+    use proto::SemanticThreshold as P;
+    let (kind, default, range_text, valid): (SemanticKind, f32, &str, fn(f32) -> bool) = match P::try_from(threshold) {
+        Ok(P::Percentile) => (SemanticKind::Percentile, 95.0, "0..=100", |a| (0.0..=100.0).contains(&a)),
+        Ok(P::StdDev) => (SemanticKind::StdDev, 3.0, "a finite number above 0", |a| a.is_finite() && a > 0.0),
+        Ok(P::Interquartile) => (SemanticKind::Interquartile, 1.5, "a finite number above 0", |a| a.is_finite() && a > 0.0),
+        Ok(P::Gradient) => (SemanticKind::Gradient, 95.0, "0..=100", |a| (0.0..=100.0).contains(&a)),
+        Err(_) => {
+            return Err(LatheError::invalid(
+                format!("{field}.semantic_threshold"),
+                format!("unknown threshold {threshold}; the allowed values are 0 (percentile), 1 (std_dev), 2 (interquartile), 3 (gradient)"),
+            ))
+        }
+    };
+    if threshold == P::Percentile as i32 && amount.is_none() {
+        return Ok(None);
+    }
+    let amount = amount.unwrap_or(default);
+    if !valid(amount) {
+        return Err(LatheError::invalid(
+            format!("{field}.semantic_amount"),
+            format!("is {amount}; the allowed range is {range_text}"),
+        ));
+    }
+    Ok(Some(SemanticRule {
+        kind,
+        amount_bits: amount.to_bits(),
+    }))
 }
 
 fn chunking_to_proto(spec: &ChunkingSpec) -> proto::ChunkingOptions {
@@ -106,13 +143,28 @@ fn chunking_to_proto(spec: &ChunkingSpec) -> proto::ChunkingOptions {
         overlap_tokens,
         unit,
         separators,
+        semantic,
     } = spec;
+    let (semantic_threshold, semantic_amount) = match semantic {
+        None => (proto::SemanticThreshold::Percentile, None),
+        Some(rule) => (
+            match rule.kind {
+                SemanticKind::Percentile => proto::SemanticThreshold::Percentile,
+                SemanticKind::StdDev => proto::SemanticThreshold::StdDev,
+                SemanticKind::Interquartile => proto::SemanticThreshold::Interquartile,
+                SemanticKind::Gradient => proto::SemanticThreshold::Gradient,
+            },
+            Some(f32::from_bits(rule.amount_bits)),
+        ),
+    };
     proto::ChunkingOptions {
         strategy: strategy.map_or(proto::ChunkStrategy::Unspecified, strategy_to_proto) as i32,
         max_tokens: *max_tokens,
         overlap_tokens: *overlap_tokens,
         unit: unit_to_proto(*unit) as i32,
         separators: separators.clone(),
+        semantic_threshold: semantic_threshold as i32,
+        semantic_amount,
     }
 }
 
@@ -406,5 +458,45 @@ mod tests {
         .unwrap();
         assert_eq!(query.query, "who won the game");
         assert_eq!(query.top_k, 8);
+    }
+}
+
+#[cfg(test)]
+mod semantic_tests {
+    use super::*;
+
+    #[test]
+    fn semantic_amounts_are_checked_against_their_rule() {
+        let error = semantic_rule_from_proto(
+            proto::SemanticThreshold::Percentile as i32,
+            Some(120.0),
+            "chunking",
+        )
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("chunking.semantic_amount")
+                && error.to_string().contains("0..=100"),
+            "{error}"
+        );
+        let error = semantic_rule_from_proto(
+            proto::SemanticThreshold::StdDev as i32,
+            Some(-1.0),
+            "chunking",
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("above 0"), "{error}");
+        assert!(semantic_rule_from_proto(9, None, "chunking").is_err());
+        assert_eq!(semantic_rule_from_proto(0, None, "chunking").unwrap(), None);
+        let rule = semantic_rule_from_proto(
+            proto::SemanticThreshold::Interquartile as i32,
+            None,
+            "chunking",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            rule.threshold(),
+            crate::chunk::SemanticThreshold::Interquartile(1.5)
+        );
     }
 }

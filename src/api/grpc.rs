@@ -62,7 +62,9 @@ async fn within<T>(
     rpc: &str,
     call: impl std::future::Future<Output = Result<T, Status>>,
 ) -> Result<T, Status> {
-    match tokio::time::timeout(limit, call).await {
+    use tracing::Instrument;
+    let span = tracing::info_span!("rpc", rpc, deadline_ms = limit.as_millis() as u64);
+    match tokio::time::timeout(limit, call.instrument(span)).await {
         Ok(result) => result,
         Err(_) => Err(Status::deadline_exceeded(format!(
             "{rpc} did not finish within its deadline of {} ms",

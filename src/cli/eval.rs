@@ -417,6 +417,7 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
                         overlap_tokens: Some(args.overlap),
                         unit: proto::ChunkUnit::Tokens as i32,
                         separators: Vec::new(),
+                        ..Default::default()
                     },
                 ),
                 // One chunk per piece: no re-chunking, the server only packs whole pieces.
@@ -428,6 +429,7 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
                         overlap_tokens: Some(0),
                         unit: proto::ChunkUnit::Tokens as i32,
                         separators: Vec::new(),
+                        ..Default::default()
                     },
                 ),
             };

@@ -76,6 +76,7 @@ pub async fn query(args: QueryArgs) -> anyhow::Result<()> {
             overlap_tokens: args.overlap,
             unit: unit as i32,
             separators: Vec::new(),
+            ..Default::default()
         }),
         filter: Some(proto::Filter {
             metadata,

@@ -14,6 +14,7 @@ pub fn term_hash(term: &str) -> u64 {
 }
 
 /// The analysis of each text, in order, and how many were computed rather than found in the cache.
+#[tracing::instrument(level = "debug", skip_all, fields(tokenizer = tokenizer.name()))]
 pub fn analyze(
     texts: impl Iterator<Item = impl AsRef<str>>,
     tokenizer: &BudgetTokenizer,

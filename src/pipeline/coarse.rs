@@ -17,6 +17,7 @@ pub struct Fusion {
 
 /// The top `top_k` sections for the analysed `terms` (and the query vector, when given), best
 /// first. Each hit's `score` is its fused score (its BM25 score when there is no dense leg).
+#[tracing::instrument(level = "debug", skip_all, fields(top_k, dense = query_vector.is_some()))]
 pub fn retrieve(
     index: &CollectionIndex,
     snapshot: &Snapshot,

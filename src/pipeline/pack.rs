@@ -31,6 +31,7 @@ pub struct PackedSpan {
 }
 
 /// `candidates` must be sorted best first.
+#[tracing::instrument(level = "debug", skip_all, fields(candidates = candidates.len(), budget))]
 pub fn pack(
     candidates: &[Candidate],
     hits: &[SectionHit],

@@ -10,10 +10,12 @@ use crate::embed::QuantizedVectors;
 use crate::index::SectionHit;
 use crate::types::ScoreParts;
 
+#[tracing::instrument(level = "debug", skip_all, fields(sections = hits.len(), strategy = ?options.strategy, max_size = options.max_size))]
 pub fn rechunk(
     hits: &[SectionHit],
     analyses: &[Arc<SectionAnalysis>],
     options: &ChunkOptions,
+    semantic_threshold: SemanticThreshold,
 ) -> Vec<Candidate> {
     let mut candidates = Vec::new();
     let mut spans: Vec<ChunkSpan> = Vec::new();
@@ -25,7 +27,7 @@ pub fn rechunk(
             Some(SemanticInput {
                 sentences: &hit.sentences,
                 similarities: &similarities,
-                threshold: SemanticThreshold::default(),
+                threshold: semantic_threshold,
                 min_tokens: (options.max_size / 8).max(1),
             })
         } else {

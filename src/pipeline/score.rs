@@ -26,6 +26,7 @@ pub struct Weights {
 }
 
 /// Scores `candidates` in place and sorts them best first (ties by position, for determinism).
+#[tracing::instrument(level = "debug", skip_all, fields(candidates = candidates.len()))]
 pub fn score(
     candidates: &mut [Candidate],
     hits: &[crate::index::SectionHit],

@@ -32,6 +32,13 @@ class ChunkUnit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CHUNK_UNIT_WORDS: _ClassVar[ChunkUnit]
     CHUNK_UNIT_CHARS: _ClassVar[ChunkUnit]
 
+class SemanticThreshold(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEMANTIC_THRESHOLD_PERCENTILE: _ClassVar[SemanticThreshold]
+    SEMANTIC_THRESHOLD_STD_DEV: _ClassVar[SemanticThreshold]
+    SEMANTIC_THRESHOLD_INTERQUARTILE: _ClassVar[SemanticThreshold]
+    SEMANTIC_THRESHOLD_GRADIENT: _ClassVar[SemanticThreshold]
+
 class ResultOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RESULT_ORDER_SCORE: _ClassVar[ResultOrder]
@@ -52,6 +59,10 @@ CHUNK_STRATEGY_CODE: ChunkStrategy
 CHUNK_UNIT_TOKENS: ChunkUnit
 CHUNK_UNIT_WORDS: ChunkUnit
 CHUNK_UNIT_CHARS: ChunkUnit
+SEMANTIC_THRESHOLD_PERCENTILE: SemanticThreshold
+SEMANTIC_THRESHOLD_STD_DEV: SemanticThreshold
+SEMANTIC_THRESHOLD_INTERQUARTILE: SemanticThreshold
+SEMANTIC_THRESHOLD_GRADIENT: SemanticThreshold
 RESULT_ORDER_SCORE: ResultOrder
 RESULT_ORDER_POSITION: ResultOrder
 
@@ -185,18 +196,22 @@ class WriteResponse(_message.Message):
     def __init__(self, documents: _Optional[int] = ..., sections: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class ChunkingOptions(_message.Message):
-    __slots__ = ("strategy", "max_tokens", "overlap_tokens", "unit", "separators")
+    __slots__ = ("strategy", "max_tokens", "overlap_tokens", "unit", "separators", "semantic_threshold", "semantic_amount")
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_TOKENS_FIELD_NUMBER: _ClassVar[int]
     UNIT_FIELD_NUMBER: _ClassVar[int]
     SEPARATORS_FIELD_NUMBER: _ClassVar[int]
+    SEMANTIC_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    SEMANTIC_AMOUNT_FIELD_NUMBER: _ClassVar[int]
     strategy: ChunkStrategy
     max_tokens: int
     overlap_tokens: int
     unit: ChunkUnit
     separators: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, strategy: _Optional[_Union[ChunkStrategy, str]] = ..., max_tokens: _Optional[int] = ..., overlap_tokens: _Optional[int] = ..., unit: _Optional[_Union[ChunkUnit, str]] = ..., separators: _Optional[_Iterable[str]] = ...) -> None: ...
+    semantic_threshold: SemanticThreshold
+    semantic_amount: float
+    def __init__(self, strategy: _Optional[_Union[ChunkStrategy, str]] = ..., max_tokens: _Optional[int] = ..., overlap_tokens: _Optional[int] = ..., unit: _Optional[_Union[ChunkUnit, str]] = ..., separators: _Optional[_Iterable[str]] = ..., semantic_threshold: _Optional[_Union[SemanticThreshold, str]] = ..., semantic_amount: _Optional[float] = ...) -> None: ...
 
 class MetadataTerm(_message.Message):
     __slots__ = ("key", "value")
