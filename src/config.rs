@@ -251,7 +251,7 @@ impl Default for LogConfig {
     fn default() -> Self {
         Self {
             format: LogFormat::Text,
-            filter: "info,ort=warn".to_string(),
+            filter: "info,ort=warn,hnsw_rs=warn".to_string(),
         }
     }
 }
