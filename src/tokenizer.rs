@@ -83,7 +83,7 @@ impl BudgetTokenizer {
                     // The HF tokenizers fail only on pathological configurations; fall back to
                     // whitespace words so that a query never fails on one odd section.
                     tracing::warn!(%error, tokenizer = %self.name, "tokenization failed, counting words");
-                    whitespace_offsets(text)
+                    TokenOffsets::whitespace(text)
                 }
             },
             Kind::Tiktoken(bpe) => {
@@ -104,7 +104,7 @@ impl BudgetTokenizer {
         match &self.kind {
             Kind::HuggingFace(tokenizer) => match tokenizer.encode_fast(text, false) {
                 Ok(encoding) => encoding.len(),
-                Err(_) => whitespace_offsets(text).len(),
+                Err(_) => TokenOffsets::whitespace(text).len(),
             },
             Kind::Tiktoken(bpe) => bpe.encode_ordinary(text).len(),
         }
@@ -130,14 +130,6 @@ fn load_tokenizer_json(path: &Path, field: &str) -> Result<Arc<Tokenizer>> {
         .with_truncation(None)
         .map_err(|error| LatheError::internal(format!("cannot disable truncation: {error}")))?;
     Ok(Arc::new(tokenizer))
-}
-
-fn whitespace_offsets(text: &str) -> TokenOffsets {
-    let spans = text.split_whitespace().map(|word| {
-        let start = word.as_ptr() as usize - text.as_ptr() as usize;
-        (start, start + word.len())
-    });
-    TokenOffsets::from_spans(text, spans.collect::<Vec<_>>())
 }
 
 #[cfg(test)]

@@ -79,6 +79,16 @@ impl TokenOffsets {
         self.tokens_within(bytes).len()
     }
 
+    /// Each run of non-whitespace chars as one token: a tokenizer-free stand-in (fallback when a
+    /// tokenizer fails, and the cheap tokenizer of property tests and fuzz targets).
+    pub fn whitespace(text: &str) -> Self {
+        let spans = text.split_whitespace().map(|word| {
+            let start = word.as_ptr() as usize - text.as_ptr() as usize;
+            (start, start + word.len())
+        });
+        Self::from_spans(text, spans)
+    }
+
     /// Heap bytes held, for cache weighers.
     pub fn heap_bytes(&self) -> usize {
         (self.starts.capacity() + self.ends.capacity()) * std::mem::size_of::<u32>()

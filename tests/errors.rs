@@ -279,13 +279,7 @@ async fn write_arguments_are_checked_and_nothing_is_half_applied() {
     .await;
 
     // None of the rejected batches left anything behind.
-    let stats = client
-        .get_collection(proto::GetCollectionRequest { name: "c".into() })
-        .await
-        .unwrap()
-        .into_inner()
-        .stats
-        .unwrap();
+    let stats = collection_stats(&mut client, "c").await;
     assert_eq!(stats.documents, 0);
     server.stop().await;
 }

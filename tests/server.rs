@@ -208,13 +208,7 @@ async fn upsert_replaces_delete_removes_and_writes_invalidate_the_cache() {
     );
     assert_eq!(after.chunks.len(), 1, "the old version's sections are gone");
     assert!(after.chunks[0].text.contains("new zeppelin"));
-    let stats = client
-        .get_collection(proto::GetCollectionRequest { name: "c".into() })
-        .await
-        .unwrap()
-        .into_inner()
-        .stats
-        .unwrap();
+    let stats = collection_stats(&mut client, "c").await;
     assert_eq!((stats.documents, stats.sections), (1, 1));
     assert_eq!(
         stats.bytes,
@@ -374,13 +368,7 @@ async fn streaming_upload_and_wait_writes_survive_restart() {
 
     let server = TestServer::start(dir.path()).await;
     let mut client = server.client.clone();
-    let stats = client
-        .get_collection(proto::GetCollectionRequest { name: "c".into() })
-        .await
-        .unwrap()
-        .into_inner()
-        .stats
-        .unwrap();
+    let stats = collection_stats(&mut client, "c").await;
     assert_eq!(stats.documents, 50);
     assert!(stats.generation >= response.generation);
     let found = retrieve(&mut client, retrieve_request("c", "keyword4x9", 64)).await;
@@ -454,13 +442,7 @@ async fn collections_are_listed_and_deleted() {
     assert_eq!(status.code(), tonic::Code::NotFound);
     // Recreated under the same name: empty, and no old cached answer leaks through.
     create_collection(&mut client, "one").await;
-    let stats = client
-        .get_collection(proto::GetCollectionRequest { name: "one".into() })
-        .await
-        .unwrap()
-        .into_inner()
-        .stats
-        .unwrap();
+    let stats = collection_stats(&mut client, "one").await;
     assert_eq!(stats.documents, 0);
     server.stop().await;
 }

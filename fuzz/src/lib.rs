@@ -42,7 +42,7 @@ pub fn run(strategy: Strategy, case: Case) {
         separators: case.separators.map(Into::into),
     };
     let (tokens, sane) = match case.tokenizer % 4 {
-        0 => (runs_of_non_whitespace(text), true),
+        0 => (TokenOffsets::whitespace(text), true),
         1 => (each_char(text, 1), true),
         2 => (each_char(text, 4), true),
         _ => (
@@ -89,25 +89,6 @@ pub fn run(strategy: Strategy, case: Case) {
             panic!("{problem}\noptions: {options:?}\ntext: {text:?}\nspans: {spans:?}");
         }
     }
-}
-
-fn runs_of_non_whitespace(text: &str) -> TokenOffsets {
-    let mut spans = Vec::new();
-    let mut start = None;
-    for (i, c) in text.char_indices() {
-        match (c.is_whitespace(), start) {
-            (true, Some(s)) => {
-                spans.push((s, i));
-                start = None;
-            }
-            (false, None) => start = Some(i),
-            _ => {}
-        }
-    }
-    if let Some(s) = start {
-        spans.push((s, text.len()));
-    }
-    TokenOffsets::from_spans(text, spans)
 }
 
 /// `per_char` tokens for each non-whitespace char (4: a byte-level BPE's worst case).

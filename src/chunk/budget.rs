@@ -288,29 +288,10 @@ pub(super) fn next_boundary(text: &str, index: usize) -> usize {
 mod tests {
     use super::*;
 
-    fn whitespace_tokens(text: &str) -> TokenOffsets {
-        let mut spans = Vec::new();
-        let mut start = None;
-        for (i, c) in text.char_indices() {
-            match (c.is_whitespace(), start) {
-                (true, Some(s)) => {
-                    spans.push((s, i));
-                    start = None;
-                }
-                (false, None) => start = Some(i),
-                _ => {}
-            }
-        }
-        if let Some(s) = start {
-            spans.push((s, text.len()));
-        }
-        TokenOffsets::from_spans(text, spans)
-    }
-
     #[test]
     fn fit_end_cuts_at_the_token_after_the_budget() {
         let text = "aa bb cc dd";
-        let tokens = whitespace_tokens(text);
+        let tokens = TokenOffsets::whitespace(text);
         let cutter = Cutter {
             text,
             tokens: &tokens,
@@ -336,7 +317,7 @@ mod tests {
     #[test]
     fn pack_overlaps_whole_units_within_the_overlap() {
         let text = "a b c d e f";
-        let tokens = whitespace_tokens(text);
+        let tokens = TokenOffsets::whitespace(text);
         let cutter = Cutter {
             text,
             tokens: &tokens,

@@ -13,26 +13,6 @@ use super::{
 };
 use crate::tokens::TokenOffsets;
 
-/// Each run of non-whitespace chars is one token.
-pub(super) fn whitespace_tokens(text: &str) -> TokenOffsets {
-    let mut spans = Vec::new();
-    let mut start = None;
-    for (i, c) in text.char_indices() {
-        match (c.is_whitespace(), start) {
-            (true, Some(s)) => {
-                spans.push((s, i));
-                start = None;
-            }
-            (false, None) => start = Some(i),
-            _ => {}
-        }
-    }
-    if let Some(s) = start {
-        spans.push((s, text.len()));
-    }
-    TokenOffsets::from_spans(text, spans)
-}
-
 /// Each non-whitespace char is one token.
 fn char_tokens(text: &str) -> TokenOffsets {
     TokenOffsets::from_spans(
@@ -201,7 +181,7 @@ proptest! {
         min_tokens in 0u32..20,
     ) {
         let tokens = match tokenizer {
-            0 => whitespace_tokens(&text),
+            0 => TokenOffsets::whitespace(&text),
             1 => char_tokens(&text),
             _ => byte_tokens(&text),
         };
@@ -271,7 +251,7 @@ fn hard_inputs_keep_the_contract() {
     for text in &inputs {
         // The 1 MB word runs as one token; a 64 KiB word covers the many-token case (a million
         // tokens would only add minutes of unoptimised test time).
-        let mut tokenizers = vec![whitespace_tokens(text)];
+        let mut tokenizers = vec![TokenOffsets::whitespace(text)];
         if text.len() < 200_000 {
             tokenizers.push(char_tokens(text));
             tokenizers.push(byte_tokens(text));
@@ -287,7 +267,7 @@ fn hard_inputs_keep_the_contract() {
 #[test]
 fn fixed_token_windows_overlap_as_asked() {
     let text = "a b c d e f g h";
-    let tokens = whitespace_tokens(text);
+    let tokens = TokenOffsets::whitespace(text);
     let options = ChunkOptions {
         strategy: super::Strategy::Fixed,
         max_size: 3,
@@ -306,7 +286,7 @@ fn fixed_token_windows_overlap_as_asked() {
 #[test]
 fn fixed_word_and_char_windows() {
     let text = "one, two three. four five";
-    let tokens = whitespace_tokens(text);
+    let tokens = TokenOffsets::whitespace(text);
     let words = ChunkOptions {
         strategy: super::Strategy::Fixed,
         max_size: 2,
@@ -337,7 +317,7 @@ fn fixed_word_and_char_windows() {
 #[test]
 fn sentence_overlap_repeats_whole_trailing_sentences() {
     let text = "Ab cd. Ef gh. Ij kl. Mn op.";
-    let tokens = whitespace_tokens(text);
+    let tokens = TokenOffsets::whitespace(text);
     let options = ChunkOptions {
         strategy: super::Strategy::Sentence,
         max_size: 4,
@@ -356,7 +336,7 @@ fn sentence_overlap_repeats_whole_trailing_sentences() {
 #[test]
 fn recursive_prefers_paragraphs_then_sentences() {
     let text = "One two three.\n\nFour five. Six seven eight nine.";
-    let tokens = whitespace_tokens(text);
+    let tokens = TokenOffsets::whitespace(text);
     let options = ChunkOptions {
         strategy: super::Strategy::Recursive,
         max_size: 4,
@@ -391,7 +371,7 @@ fn recursive_prefers_paragraphs_then_sentences() {
 #[test]
 fn semantic_breaks_at_low_similarity_and_falls_back_without_input() {
     let text = "Cats purr. Cats nap. Stocks fell. Bonds rose.";
-    let tokens = whitespace_tokens(text);
+    let tokens = TokenOffsets::whitespace(text);
     let mut sentence_ranges = Vec::new();
     sentences(text, &mut sentence_ranges);
     assert_eq!(sentence_ranges.len(), 4);
@@ -435,7 +415,7 @@ fn semantic_breaks_at_low_similarity_and_falls_back_without_input() {
 fn structure_starts_chunks_at_headings_and_repeats_table_headers() {
     let text =
         "# A\n\nIntro text.\n\n## B\n\n| h1 | h2 |\n|----|----|\n| a | b |\n| c | d |\n| e | f |\n";
-    let tokens = whitespace_tokens(text);
+    let tokens = TokenOffsets::whitespace(text);
     let options = ChunkOptions {
         strategy: super::Strategy::Structure,
         max_size: 12,
@@ -483,7 +463,7 @@ fn auto_routes_by_content() {
         ),
     ];
     for (text, expected) in cases {
-        let tokens = whitespace_tokens(text);
+        let tokens = TokenOffsets::whitespace(text);
         let options = ChunkOptions {
             strategy: super::Strategy::Auto,
             max_size: 50,
@@ -502,7 +482,7 @@ fn auto_routes_by_content() {
 #[test]
 fn code_chunks_keep_functions_whole_with_their_comments() {
     let text = "use x;\n\n/// Doc.\nfn a() {\n    one();\n}\n\n#[test]\nfn b() {\n    two();\n}\n";
-    let tokens = whitespace_tokens(text);
+    let tokens = TokenOffsets::whitespace(text);
     let options = ChunkOptions {
         strategy: super::Strategy::Code,
         max_size: 8,

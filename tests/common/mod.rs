@@ -100,6 +100,21 @@ pub async fn create_collection(client: &mut LatheClient<Channel>, name: &str) {
         .expect("create collection");
 }
 
+pub async fn collection_stats(
+    client: &mut LatheClient<Channel>,
+    name: &str,
+) -> proto::CollectionStats {
+    client
+        .get_collection(proto::GetCollectionRequest {
+            name: name.to_string(),
+        })
+        .await
+        .expect("get collection")
+        .into_inner()
+        .stats
+        .expect("stats")
+}
+
 pub fn document(id: &str, text: &str, format: proto::DocumentFormat) -> proto::Document {
     proto::Document {
         id: id.to_string(),
