@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::cache::{Caches, ResultKey};
 use crate::chunk::{ChunkOptions, Strategy, Unit};
-use crate::config::Config;
+use crate::config::{Config, LimitsConfig};
 use crate::config::{DenseModel, FineModeName};
 use crate::cpu_pool::CpuPool;
 use crate::embed::{
@@ -193,42 +193,7 @@ impl Engine {
     }
 
     fn validate_query(&self, query: &RetrieveQuery) -> Result<()> {
-        let limits = &self.config.limits;
-        if query.query.is_empty() {
-            return Err(LatheError::invalid(
-                "query",
-                "must contain at least one non-whitespace character",
-            ));
-        }
-        if query.query.len() > limits.max_query_bytes {
-            return Err(LatheError::invalid(
-                "query",
-                format!(
-                    "is {} bytes; the allowed range is 1..={} bytes",
-                    query.query.len(),
-                    limits.max_query_bytes
-                ),
-            ));
-        }
-        if !(1..=limits.max_top_k).contains(&query.top_k) {
-            return Err(LatheError::invalid(
-                "top_k",
-                format!(
-                    "is {}; the allowed range is 1..={}",
-                    query.top_k, limits.max_top_k
-                ),
-            ));
-        }
-        if !(1..=limits.max_token_budget).contains(&query.token_budget) {
-            return Err(LatheError::invalid(
-                "token_budget",
-                format!(
-                    "is {}; the allowed range is 1..={}",
-                    query.token_budget, limits.max_token_budget
-                ),
-            ));
-        }
-        Ok(())
+        validate_query(&self.config.limits, query)
     }
 
     /// Validates and sections one document (CPU work: runs on the pool).
@@ -481,6 +446,45 @@ fn settings_from_stored(
         default_chunking: runtime.default_chunking.clone(),
         section_tokens: stored.section_tokens,
     }
+}
+
+/// The query's own limits (text length, top_k, budget), checked before any work is done.
+pub fn validate_query(limits: &LimitsConfig, query: &RetrieveQuery) -> Result<()> {
+    if query.query.is_empty() {
+        return Err(LatheError::invalid(
+            "query",
+            "must contain at least one non-whitespace character",
+        ));
+    }
+    if query.query.len() > limits.max_query_bytes {
+        return Err(LatheError::invalid(
+            "query",
+            format!(
+                "is {} bytes; the allowed range is 1..={} bytes",
+                query.query.len(),
+                limits.max_query_bytes
+            ),
+        ));
+    }
+    if !(1..=limits.max_top_k).contains(&query.top_k) {
+        return Err(LatheError::invalid(
+            "top_k",
+            format!(
+                "is {}; the allowed range is 1..={}",
+                query.top_k, limits.max_top_k
+            ),
+        ));
+    }
+    if !(1..=limits.max_token_budget).contains(&query.token_budget) {
+        return Err(LatheError::invalid(
+            "token_budget",
+            format!(
+                "is {}; the allowed range is 1..={}",
+                query.token_budget, limits.max_token_budget
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn validate_collection_name(name: &str) -> Result<()> {

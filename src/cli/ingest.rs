@@ -66,6 +66,44 @@ fn format_from_name(name: &str) -> anyhow::Result<proto::DocumentFormat> {
     })
 }
 
+/// Parses a .jsonl file: one document per non-blank line. An error names the line (1-based) and
+/// what is wrong with it; nothing is returned unless every line parses.
+pub fn documents_from_jsonl(
+    text: &str,
+    default_format: proto::DocumentFormat,
+) -> anyhow::Result<Vec<proto::Document>> {
+    let mut documents = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let line_number = number + 1;
+        let document: JsonDocument = serde_json::from_str(line)
+            .with_context(|| format!("line {line_number}: not a document"))?;
+        let format = match &document.format {
+            Some(name) => format_from_name(name).with_context(|| format!("line {line_number}"))?,
+            None => default_format,
+        };
+        documents.push(proto::Document {
+            id: document.id,
+            title: document.title,
+            text: document.text,
+            format: format as i32,
+            metadata: document.metadata,
+            sections: document
+                .sections
+                .into_iter()
+                .map(|s| proto::SectionBoundary {
+                    start: s.start,
+                    end: s.end,
+                    title: s.title,
+                })
+                .collect(),
+        });
+    }
+    Ok(documents)
+}
+
 fn documents_from_file(
     path: &Path,
     root: &Path,
@@ -100,39 +138,8 @@ fn documents_from_file(
         "md" | "markdown" => single(proto::DocumentFormat::Markdown),
         "html" | "htm" => single(proto::DocumentFormat::Html),
         "txt" => single(default_format),
-        "jsonl" => {
-            let text = read()?;
-            let mut documents = Vec::new();
-            for (number, line) in text.lines().enumerate() {
-                if line.trim().is_empty() {
-                    continue;
-                }
-                let document: JsonDocument = serde_json::from_str(line).with_context(|| {
-                    format!("{}:{}: not a document", path.display(), number + 1)
-                })?;
-                let format = match &document.format {
-                    Some(name) => format_from_name(name)?,
-                    None => default_format,
-                };
-                documents.push(proto::Document {
-                    id: document.id,
-                    title: document.title,
-                    text: document.text,
-                    format: format as i32,
-                    metadata: document.metadata,
-                    sections: document
-                        .sections
-                        .into_iter()
-                        .map(|s| proto::SectionBoundary {
-                            start: s.start,
-                            end: s.end,
-                            title: s.title,
-                        })
-                        .collect(),
-                });
-            }
-            Ok(documents)
-        }
+        "jsonl" => documents_from_jsonl(&read()?, default_format)
+            .with_context(|| format!("{}: not a JSONL document file", path.display())),
         _ => Ok(Vec::new()),
     }
 }
@@ -217,4 +224,41 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         response.generation
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jsonl_reads_documents_and_skips_blank_lines() {
+        let text = "{\"id\":\"a\",\"text\":\"alpha\"}\n\n{\"doc_id\":\"b\",\"text\":\"# beta\",\"format\":\"markdown\",\"metadata\":{\"k\":\"v\"}}\n";
+        let documents = documents_from_jsonl(text, proto::DocumentFormat::Plain).unwrap();
+        assert_eq!(documents.len(), 2);
+        assert_eq!(documents[0].id, "a");
+        assert_eq!(documents[0].format, proto::DocumentFormat::Plain as i32);
+        assert_eq!(documents[1].id, "b");
+        assert_eq!(documents[1].format, proto::DocumentFormat::Markdown as i32);
+        assert_eq!(documents[1].metadata["k"], "v");
+    }
+
+    #[test]
+    fn jsonl_lone_surrogate_is_an_error_naming_the_line() {
+        let text = "{\"id\":\"a\",\"text\":\"ok\"}\n{\"id\":\"b\",\"text\":\"bad \\ud800 half\"}\n";
+        let error = documents_from_jsonl(text, proto::DocumentFormat::Plain).unwrap_err();
+        let message = format!("{error:#}");
+        assert!(message.contains("line 2"), "{message}");
+        assert!(message.contains("surrogate"), "{message}");
+    }
+
+    #[test]
+    fn jsonl_unknown_format_names_the_line_and_the_choices() {
+        let text = "{\"id\":\"a\",\"text\":\"x\",\"format\":\"pdf\"}";
+        let message = format!(
+            "{:#}",
+            documents_from_jsonl(text, proto::DocumentFormat::Plain).unwrap_err()
+        );
+        assert!(message.contains("line 1"), "{message}");
+        assert!(message.contains("plain, markdown or html"), "{message}");
+    }
 }

@@ -6,7 +6,7 @@ mod ingest;
 mod query;
 
 pub use eval::{eval, EvalArgs};
-pub use ingest::{ingest, IngestArgs};
+pub use ingest::{documents_from_jsonl, ingest, IngestArgs};
 pub use query::{query, QueryArgs};
 
 use anyhow::Context;
