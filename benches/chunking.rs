@@ -6,7 +6,8 @@
 //! the all-MiniLM-L6-v2 tokenizer:
 //! - `tokenize`: the bare `tokenizers` encode pass (no special tokens, no padding/truncation);
 //! - `tokenize+<strategy>`: encode, build `TokenOffsets`, chunk (what a cache miss costs);
-//! - `cut/<strategy>`: chunking alone on precomputed offsets (what a cache hit costs);
+//! - `cut/<strategy>`: chunking alone on precomputed token offsets and sentences (what a section
+//!   cache hit costs: the server keeps both per section);
 //! - `text-splitter`: `TextSplitter` with the same tokenizer, capacity 256.
 //!   After criterion, a summary prints tokens/s of each and its ratio to the bare pass.
 //!
@@ -22,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use lathe::chunk::{
-    chunk_section, sentences, ChunkOptions, ChunkSpan, SemanticInput, SemanticThreshold, Strategy,
-    Unit,
+    chunk_section, chunk_section_with_sentences, sentences, ChunkOptions, ChunkSpan, SemanticInput,
+    SemanticThreshold, Strategy, Unit,
 };
 use lathe::tokens::TokenOffsets;
 use tokenizers::Tokenizer;
@@ -185,7 +186,14 @@ fn cut_only(corpus: &Corpus, strategy: Strategy, out: &mut Vec<ChunkSpan>) -> us
     let mut chunks = 0;
     for (index, section) in corpus.sections.iter().enumerate() {
         let input = semantic_input(corpus, index);
-        chunk_section(section, &corpus.offsets[index], &options, Some(&input), out);
+        chunk_section_with_sentences(
+            section,
+            &corpus.offsets[index],
+            &corpus.sentence_ranges[index],
+            &options,
+            Some(&input),
+            out,
+        );
         chunks += out.len();
     }
     chunks

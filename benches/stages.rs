@@ -283,6 +283,7 @@ fn stages(c: &mut Criterion) {
                         bytes: span.start as u64..span.end as u64,
                         chars: 0..text.chars().count() as u64,
                         text,
+                        context: String::new(),
                         token_count: span.token_count,
                         score: span.score,
                         parts: span.parts,

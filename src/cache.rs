@@ -47,11 +47,15 @@ pub struct SectionAnalysis {
     pub tokens: TokenOffsets,
     /// BM25 analyser tokens: (byte offset, hash of the analysed term), in order.
     pub terms: Vec<(u32, u64)>,
+    /// Sentences of the text ([`crate::chunk::sentences`]), so chunking does not segment again.
+    pub sentences: Vec<std::ops::Range<u32>>,
 }
 
 impl SectionAnalysis {
     fn heap_bytes(&self) -> usize {
-        self.tokens.heap_bytes() + self.terms.capacity() * std::mem::size_of::<(u32, u64)>()
+        self.tokens.heap_bytes()
+            + self.terms.capacity() * std::mem::size_of::<(u32, u64)>()
+            + self.sentences.capacity() * std::mem::size_of::<std::ops::Range<u32>>()
     }
 }
 

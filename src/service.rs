@@ -943,6 +943,9 @@ fn assemble(spans: &[pack::PackedSpan], hits: &[crate::index::SectionHit]) -> Ve
                 heading_path: hit.heading_path.clone(),
                 doc_title: hit.doc_title.clone(),
                 text: text.to_string(),
+                context: span.header.map_or_else(String::new, |(a, b)| {
+                    hit.text[a as usize..b as usize].to_string()
+                }),
                 bytes: hit.byte_start + start as u64..hit.byte_start + end as u64,
                 chars: char_start..char_start + text.chars().count() as u64,
                 token_count: span.token_count,

@@ -98,6 +98,18 @@ pub struct CollectionStats {
     pub sections: u64,
     pub bytes: u64,
     pub generation: u64,
+    /// The dense index beside the lexical one; `None` without the neural stage.
+    pub dense: Option<DenseStats>,
+}
+
+/// How the dense index lines up with the lexical one. They agree when every section has a vector
+/// and there is no other: `sections_with_vector == sections == vectors`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DenseStats {
+    /// Live vectors in the dense index.
+    pub vectors: u64,
+    /// Sections of the visible snapshot whose vector is live in the dense index.
+    pub sections_with_vector: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -149,6 +161,9 @@ pub struct RetrievedChunk {
     pub heading_path: Vec<String>,
     pub doc_title: String,
     pub text: String,
+    /// Text the caller puts before `text`, with a line break between: the header of the table the
+    /// chunk continues without holding it. Empty for most chunks.
+    pub context: String,
     /// UTF-8 byte range in the document text.
     pub bytes: Range<u64>,
     /// Code-point range in the document text.
@@ -169,6 +184,7 @@ impl RetrievedChunk {
         self.doc_id.len()
             + self.doc_title.len()
             + self.text.len()
+            + self.context.len()
             + self.heading_path.iter().map(String::len).sum::<usize>()
             + self
                 .metadata

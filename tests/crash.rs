@@ -1,7 +1,8 @@
 //! Crash safety: 20 rounds of `lathe serve` (the real binary) taking upserts and deletes with
 //! `wait`, killed with SIGKILL at a random moment, restarted and checked: every acknowledged
 //! upsert is there with its latest content, every acknowledged delete is gone, no document is
-//! half-applied (all of its sections present and from one version), and the server answers.
+//! half-applied (all of its sections present and from one version), the lexical and dense indexes
+//! agree, and the server answers.
 
 mod common;
 
@@ -236,6 +237,16 @@ async fn verify(
             "round {round}: doc{doc} is {state:?}, acknowledged {expected:?}"
         );
     }
+    // The dense index holds a vector for every visible section and no other.
+    let stats = collection_stats(client, "c").await;
+    let dense = stats
+        .dense
+        .expect("the default server runs the dense stage");
+    assert_eq!(
+        (dense.vectors, dense.sections_with_vector),
+        (stats.sections, stats.sections),
+        "round {round}: lexical and dense indexes disagree: {stats:?}"
+    );
     // Every document whole: all of its sections, all from one version (read from the index files).
     let index_path = data_dir.join("collections/c/index");
     let reader_dir = tempfile::tempdir().unwrap();

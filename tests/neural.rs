@@ -95,6 +95,15 @@ async fn dense_retrieval_finds_paraphrases_forgets_deletes_and_survives_restart(
         response.chunks.iter().all(|c| c.doc_id != "install"),
         "a deleted document came back: {response:?}"
     );
+    // The delete left a tombstone in the dense index, not a vector a query could still reach.
+    let stats = collection_stats(&mut client, "c").await;
+    let dense = stats.dense.expect("dense stats");
+    assert!(stats.sections > 0);
+    assert_eq!(
+        (dense.vectors, dense.sections_with_vector),
+        (stats.sections, stats.sections),
+        "{stats:?}"
+    );
     server.stop().await;
 
     // After a restart the dense index is rebuilt from the vectors stored with the sections.

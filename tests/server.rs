@@ -499,3 +499,120 @@ async fn health_and_reflection_answer_without_a_proto_file() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_continuing_a_table_carries_its_header_as_counted_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let mut client = server.client.clone();
+    create_collection(&mut client, "tables").await;
+    let header = "| element | symbol | use |\n|---|---|---|";
+    let elements = [
+        "hydrogen",
+        "helium",
+        "lithium",
+        "beryllium",
+        "boron",
+        "carbon",
+        "nitrogen",
+        "oxygen",
+        "fluorine",
+        "neon",
+        "sodium",
+        "magnesium",
+        "aluminium",
+        "silicon",
+        "phosphorus",
+        "sulfur",
+        "chlorine",
+        "argon",
+        "potassium",
+        "calcium",
+        "titanium",
+        "chromium",
+        "iron",
+        "cobalt",
+        "nickel",
+        "copper",
+        "zinc",
+        "gallium",
+    ];
+    let mut markdown = format!("# Elements\n\nA table of elements and their uses.\n\n{header}\n");
+    for (i, element) in elements.iter().enumerate() {
+        markdown.push_str(&format!(
+            "| {element} | E{i} | found in things of kind {i} |\n"
+        ));
+    }
+    let csv = {
+        let mut csv = String::from("city,country,river\n");
+        for i in 0..40 {
+            csv.push_str(&format!("town{i},land{i},stream{i}\n"));
+        }
+        csv
+    };
+    upsert(
+        &mut client,
+        "tables",
+        vec![
+            document("md", &markdown, Format::Markdown),
+            document("csv", &csv, Format::Plain),
+        ],
+    )
+    .await;
+
+    let cases = [
+        (
+            "md",
+            "zinc gallium",
+            proto::ChunkStrategy::Structure,
+            header,
+        ),
+        ("md", "zinc gallium", proto::ChunkStrategy::Auto, header),
+        (
+            "csv",
+            "town37 land37",
+            proto::ChunkStrategy::Csv,
+            "city,country,river",
+        ),
+        (
+            "csv",
+            "town37 land37",
+            proto::ChunkStrategy::Auto,
+            "city,country,river",
+        ),
+    ];
+    for (doc, query, strategy, expected_header) in cases {
+        let budget = 60;
+        let mut request = retrieve_request("tables", query, budget);
+        request.filter = Some(proto::Filter {
+            metadata: vec![],
+            doc_ids: vec![doc.into()],
+        });
+        request.chunking = Some(proto::ChunkingOptions {
+            strategy: strategy as i32,
+            max_tokens: Some(40),
+            ..Default::default()
+        });
+        let response = retrieve(&mut client, request).await;
+        let best = response.chunks.first().expect("a chunk");
+        assert!(
+            best.text.contains(query.split(' ').next().unwrap()),
+            "{best:?}"
+        );
+        assert_eq!(best.context, expected_header, "{strategy:?}: {best:?}");
+        assert!(!best.text.contains(expected_header));
+        let mut used = 0;
+        for chunk in &response.chunks {
+            let read = if chunk.context.is_empty() {
+                chunk.text.clone()
+            } else {
+                format!("{}\n{}", chunk.context, chunk.text)
+            };
+            assert_eq!(chunk.token_count as usize, minilm_count(&read), "{chunk:?}");
+            used += chunk.token_count;
+        }
+        assert_eq!(response.tokens_used, used);
+        assert!(used <= budget, "{used} > {budget}");
+    }
+    server.stop().await;
+}

@@ -7,7 +7,7 @@ use super::proto;
 use crate::chunk::{Strategy, Unit};
 use crate::error::{LatheError, Result};
 use crate::types::{
-    ChunkingSpec, CollectionInfo, CollectionSettings, CollectionStats, DocumentFormat,
+    ChunkingSpec, CollectionInfo, CollectionSettings, CollectionStats, DenseStats, DocumentFormat,
     DocumentInput, Filter, ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk,
     SectionBoundary, SemanticKind, SemanticRule, WriteOutcome, DEFAULT_SECTION_TOKENS,
 };
@@ -195,6 +195,7 @@ impl From<CollectionInfo> for proto::CollectionInfo {
             sections,
             bytes,
             generation,
+            dense,
         } = stats;
         proto::CollectionInfo {
             name,
@@ -208,6 +209,17 @@ impl From<CollectionInfo> for proto::CollectionInfo {
                 sections,
                 bytes,
                 generation,
+                dense: dense.map(
+                    |DenseStats {
+                         vectors,
+                         sections_with_vector,
+                     }| {
+                        proto::DenseStats {
+                            vectors,
+                            sections_with_vector,
+                        }
+                    },
+                ),
             }),
         }
     }
@@ -361,6 +373,7 @@ impl From<RetrievedChunk> for proto::RetrievedChunk {
             heading_path,
             doc_title,
             text,
+            context,
             bytes,
             chars,
             token_count,
@@ -376,6 +389,7 @@ impl From<RetrievedChunk> for proto::RetrievedChunk {
             heading_path,
             doc_title,
             text,
+            context,
             bytes: Some(proto::Span {
                 start: bytes.start,
                 end: bytes.end,

@@ -9,8 +9,13 @@
 //!   budget) pair repeats. The per-section analysis cache is content-addressed and still warms
 //!   up, as it would in production; only whole answers are never reused.
 //! - `hit`: a small set of questions at one budget, asked once before timing starts, then repeated.
-//! - `--writer`: during each run, one more client upserts documents continuously (`wait`: each
-//!   write commits and moves the generation, which invalidates cached answers).
+//! - `--writer`: during each run, one more client writes continuously with `wait`: it upserts new
+//!   revisions of 16 extra documents and deletes one in every four writes, so every write commits,
+//!   moves the generation (which invalidates cached answers), leaves tombstones in the dense index
+//!   (compacted once a quarter of it is dead) and new tantivy segments (merged in the background).
+//! - `--sample-every S`: a soak report, one line every S seconds: requests, p99 and maximum latency
+//!   of that interval, writes, and the resident memory of this process (server and clients, when
+//!   the server runs in-process).
 //!
 //! Without `--addr` the server runs in this process on a port-0 loopback listener, sharing the
 //! machine's cores with the clients. Bounded by `--seconds` and `--max-requests`.
@@ -70,6 +75,57 @@ struct Args {
     /// Upper bound on requests per run.
     #[arg(long, default_value_t = 2_000_000)]
     max_requests: u64,
+    /// Print an interval line (latency, writes, RSS) every this many seconds; 0: off.
+    #[arg(long, default_value_t = 0)]
+    sample_every: u64,
+}
+
+/// Latencies and writes of the current sampling interval, shared by the clients and the sampler.
+#[derive(Default)]
+struct Interval {
+    latencies_us: std::sync::Mutex<Vec<u32>>,
+    writes: AtomicU64,
+}
+
+/// Resident set size of this process in MiB (Linux), or `None` where /proc is not there.
+fn resident_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+async fn run_sampler(
+    interval: Arc<Interval>,
+    every: Duration,
+    started: Instant,
+    deadline: Instant,
+) {
+    println!("| t s | requests | p50 ms | p99 ms | max ms | writes | RSS MiB |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    let mut next = started + every;
+    while next <= deadline + Duration::from_millis(500) {
+        tokio::time::sleep_until(next.into()).await;
+        next += every;
+        let mut latencies = std::mem::take(
+            &mut *interval
+                .latencies_us
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        latencies.sort_unstable();
+        let ms = |p: f64| percentile(&latencies, p) as f64 / 1e3;
+        println!(
+            "| {:.0} | {} | {:.2} | {:.2} | {:.2} | {} | {} |",
+            started.elapsed().as_secs_f64(),
+            latencies.len(),
+            ms(50.0),
+            ms(99.0),
+            latencies.last().map_or(0.0, |&us| us as f64 / 1e3),
+            interval.writes.swap(0, Ordering::Relaxed),
+            resident_mib().map_or("?".to_string(), |mib| format!("{mib:.0}")),
+        );
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +177,7 @@ async fn run_client(
     counter: Arc<AtomicU64>,
     first_request: u64,
     args: Arc<Args>,
+    interval: Option<Arc<Interval>>,
     deadline: Instant,
 ) -> ClientStats {
     let mut stats = ClientStats::default();
@@ -155,6 +212,13 @@ async fn run_client(
         match result {
             Ok(response) => {
                 stats.latencies_us.push(micros);
+                if let Some(interval) = &interval {
+                    interval
+                        .latencies_us
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(micros);
+                }
                 if response.into_inner().cache_hit {
                     stats.cache_hits += 1;
                 }
@@ -174,11 +238,31 @@ async fn run_writer(
     mut client: LatheClient<Channel>,
     collection: Arc<str>,
     dataset: Arc<Dataset>,
+    interval: Option<Arc<Interval>>,
     deadline: Instant,
 ) -> (u64, u64) {
     let (mut writes, mut errors) = (0u64, 0u64);
     let mut revision = 0u64;
     while Instant::now() < deadline {
+        if revision % 4 == 3 {
+            // Delete the document the next upsert will not touch for a while.
+            let result = client
+                .delete_documents(proto::DeleteDocumentsRequest {
+                    collection: collection.to_string(),
+                    ids: vec![format!("writer-{}", (revision + 8) % 16)],
+                    wait: true,
+                })
+                .await;
+            revision += 1;
+            match result {
+                Ok(_) => writes += 1,
+                Err(_) => errors += 1,
+            }
+            if let Some(interval) = &interval {
+                interval.writes.fetch_add(1, Ordering::Relaxed);
+            }
+            continue;
+        }
         let source = &dataset.documents[(revision as usize) % dataset.documents.len()];
         // A new revision of one of 16 extra documents: real text, so the index really changes.
         let document = proto::Document {
@@ -199,6 +283,9 @@ async fn run_writer(
         match result {
             Ok(_) => writes += 1,
             Err(_) => errors += 1,
+        }
+        if let Some(interval) = &interval {
+            interval.writes.fetch_add(1, Ordering::Relaxed);
         }
     }
     (writes, errors)
@@ -262,12 +349,22 @@ async fn run(
     let first_request = counter.load(Ordering::Relaxed);
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.seconds);
+    let interval = (args.sample_every > 0).then(|| Arc::new(Interval::default()));
+    let sampler = interval.as_ref().map(|interval| {
+        tokio::spawn(run_sampler(
+            Arc::clone(interval),
+            Duration::from_secs(args.sample_every),
+            started,
+            deadline,
+        ))
+    });
     let writer = if args.writer {
         let client = connect(address).await?;
         Some(tokio::spawn(run_writer(
             client,
             Arc::clone(&collection),
             Arc::clone(&dataset),
+            interval.clone(),
             deadline,
         )))
     } else {
@@ -285,6 +382,7 @@ async fn run(
                 Arc::clone(&counter),
                 first_request,
                 Arc::clone(&args),
+                interval.clone(),
                 deadline,
             ))
         })
@@ -316,6 +414,9 @@ async fn run(
         report.writes = writes;
         report.write_errors = errors;
     }
+    if let Some(sampler) = sampler {
+        sampler.await.context("sampler task panicked")?;
+    }
     report.ok = report.latencies_us.len() as u64;
     report.requests = report.ok + report.errors.values().sum::<u64>();
     report.latencies_us.sort_unstable();
@@ -323,8 +424,8 @@ async fn run(
 }
 
 fn print_header() {
-    println!("| mode | clients | writer | seconds | requests | QPS | p50 ms | p95 ms | p99 ms | cache hits | errors | writes/s |");
-    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    println!("| mode | clients | writer | seconds | requests | QPS | p50 ms | p95 ms | p99 ms | max ms | cache hits | errors | writes/s |");
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
 }
 
 fn print_row(report: &RunReport) {
@@ -353,7 +454,7 @@ fn print_row(report: &RunReport) {
         "–".to_string()
     };
     println!(
-        "| {} | {} | {} | {:.1} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1}% | {} | {} |",
+        "| {} | {} | {} | {:.1} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1}% | {} | {} |",
         match report.mode {
             Mode::Miss => "miss",
             Mode::Hit => "hit",
@@ -366,6 +467,10 @@ fn print_row(report: &RunReport) {
         ms(50.0),
         ms(95.0),
         ms(99.0),
+        report
+            .latencies_us
+            .last()
+            .map_or(0.0, |&us| us as f64 / 1e3),
         100.0 * report.cache_hits as f64 / report.ok.max(1) as f64,
         errors,
         writes,
@@ -462,7 +567,12 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
     );
     let miss_counter = Arc::new(AtomicU64::new(0));
     let args = Arc::new(args);
-    print_header();
+    if let Some(mib) = resident_mib() {
+        println!("resident memory after ingest: {mib:.0} MiB\n");
+    }
+    if args.sample_every == 0 {
+        print_header();
+    }
     for &clients in &args.clients {
         for &mode in &modes {
             let report = run(
@@ -476,6 +586,10 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
                 Arc::clone(&args),
             )
             .await?;
+            if args.sample_every > 0 {
+                println!();
+                print_header();
+            }
             print_row(&report);
         }
     }

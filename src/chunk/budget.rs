@@ -17,6 +17,9 @@ pub(super) struct Cutter<'a> {
     pub tokens: &'a TokenOffsets,
     /// `max_size` in tokens, at least 1.
     pub max_tokens: usize,
+    /// The text's sentences when the caller already has them (exactly what
+    /// [`super::sentences`] gives for the whole text), so they are not segmented again.
+    pub sentences: Option<&'a [std::ops::Range<u32>]>,
 }
 
 impl Cutter<'_> {
@@ -296,6 +299,7 @@ mod tests {
             text,
             tokens: &tokens,
             max_tokens: 2,
+            sentences: None,
         };
         assert_eq!(cutter.fit_end(0, text.len(), 2), 6);
         assert_eq!(cutter.fit_end(6, text.len(), 2), text.len());
@@ -309,6 +313,7 @@ mod tests {
             text,
             tokens: &tokens,
             max_tokens: 1,
+            sentences: None,
         };
         assert_eq!(cutter.fit_end(0, text.len(), 1), 1);
         assert_eq!(cutter.fit_end(1, text.len(), 1), 5);
@@ -322,6 +327,7 @@ mod tests {
             text,
             tokens: &tokens,
             max_tokens: 3,
+            sentences: None,
         };
         let units: Vec<Range<u32>> = (0..6).map(|i| i * 2..i * 2 + 1).collect();
         let mut chunks = Vec::new();

@@ -152,6 +152,31 @@ pub fn chunk_section(
     semantic: Option<&SemanticInput>,
     out: &mut Vec<ChunkSpan>,
 ) {
+    cut(text, tokens, None, options, semantic, out);
+}
+
+/// [`chunk_section`] for a text whose sentences are known already: `sentences` must be what
+/// [`sentences`] gives for `text` (the server keeps them in its section cache), so that no
+/// strategy segments the text again. The chunks are the same as [`chunk_section`]'s.
+pub fn chunk_section_with_sentences(
+    text: &str,
+    tokens: &TokenOffsets,
+    sentences: &[Range<u32>],
+    options: &ChunkOptions,
+    semantic: Option<&SemanticInput>,
+    out: &mut Vec<ChunkSpan>,
+) {
+    cut(text, tokens, Some(sentences), options, semantic, out);
+}
+
+fn cut(
+    text: &str,
+    tokens: &TokenOffsets,
+    sentences: Option<&[Range<u32>]>,
+    options: &ChunkOptions,
+    semantic: Option<&SemanticInput>,
+    out: &mut Vec<ChunkSpan>,
+) {
     out.clear();
     // Offsets are u32; a longer section cannot come from ingest, and would be cut wrongly.
     if text.len() > u32::MAX as usize || text.trim().is_empty() {
@@ -163,6 +188,7 @@ pub fn chunk_section(
         text,
         tokens,
         max_tokens: max_size as usize,
+        sentences,
     };
     match options.strategy {
         Strategy::Fixed => fixed::chunk(&cutter, options.unit, overlap as usize, out),

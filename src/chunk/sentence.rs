@@ -7,10 +7,16 @@ use super::segment;
 use super::{ChunkSpan, Strategy};
 
 pub(super) fn chunk(cutter: &Cutter, overlap: usize, strategy: Strategy, out: &mut Vec<ChunkSpan>) {
-    let mut sentence_ranges = Vec::new();
-    segment::sentences_in(cutter.text, 0, cutter.text.len(), &mut sentence_ranges);
+    let mut segmented = Vec::new();
+    let sentence_ranges = match cutter.sentences {
+        Some(known) => known,
+        None => {
+            segment::sentences_in(cutter.text, 0, cutter.text.len(), &mut segmented);
+            &segmented
+        }
+    };
     let mut units = Vec::with_capacity(sentence_ranges.len());
-    sentence_units(cutter, &sentence_ranges, cutter.max_tokens, &mut units);
+    sentence_units(cutter, sentence_ranges, cutter.max_tokens, &mut units);
     cutter.pack(&units, cutter.max_tokens, overlap, |start, end| {
         cutter.push(out, start, end, strategy, None, None)
     });

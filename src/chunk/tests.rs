@@ -8,8 +8,8 @@ use std::sync::Arc;
 use proptest::prelude::*;
 
 use super::{
-    check_invariants, chunk_section, sentences, ChunkOptions, ChunkSpan, SemanticInput,
-    SemanticThreshold, Unit,
+    check_invariants, chunk_section, chunk_section_with_sentences, sentences, ChunkOptions,
+    ChunkSpan, SemanticInput, SemanticThreshold, Unit,
 };
 use crate::tokens::TokenOffsets;
 
@@ -159,6 +159,12 @@ pub(super) fn run_and_check(
     let mut second = Vec::new();
     chunk_section(text, tokens, options, semantic, &mut second);
     assert_eq!(first, second, "not deterministic");
+    // Sentences known beforehand (as the server's section cache has them) change nothing.
+    let mut known = Vec::new();
+    sentences(text, &mut known);
+    let mut third = Vec::new();
+    chunk_section_with_sentences(text, tokens, &known, options, semantic, &mut third);
+    assert_eq!(first, third, "known sentences changed the chunks");
     first
 }
 

@@ -78,8 +78,15 @@ pub fn documents_from_jsonl(
             continue;
         }
         let line_number = number + 1;
-        let document: JsonDocument = serde_json::from_str(line)
-            .with_context(|| format!("line {line_number}: not a document"))?;
+        let document: JsonDocument = serde_json::from_str(line).map_err(|error| {
+            // serde_json reports a lone surrogate escape as a bad hex escape; say what it is.
+            let hint = if error.to_string().contains("escape") && line.contains("\\u") {
+                " (a \\uD800..\\uDFFF escape must be half of a surrogate pair: strings must be valid Unicode)"
+            } else {
+                ""
+            };
+            anyhow::anyhow!("line {line_number}: not a document: {error}{hint}")
+        })?;
         let format = match &document.format {
             Some(name) => format_from_name(name).with_context(|| format!("line {line_number}"))?,
             None => default_format,

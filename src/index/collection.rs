@@ -26,7 +26,7 @@ use super::schema::{self, SectionFields, HEADING_SEPARATOR, METADATA_SEPARATOR};
 use crate::dense::{DenseIndex, DenseIndexConfig};
 use crate::embed::QuantizedVectors;
 use crate::error::{LatheError, Result};
-use crate::types::{CollectionStats, Filter};
+use crate::types::{CollectionStats, DenseStats, Filter};
 
 /// A consistent view of the index: the searcher and the generation it shows. Queries take one
 /// snapshot and use it for every stage and for their cache key.
@@ -454,11 +454,31 @@ impl CollectionIndex {
                 bytes += column.first(doc).unwrap_or(0);
             }
         }
+        let dense = match &self.dense {
+            None => None,
+            Some(dense) => {
+                let dense = dense.read().unwrap_or_else(|p| p.into_inner());
+                let mut sections_with_vector = 0u64;
+                for segment in searcher.segment_readers() {
+                    let keys = segment.fast_fields().u64("section_key")?;
+                    for doc in segment.doc_ids_alive() {
+                        if keys.first(doc).is_some_and(|key| dense.contains(key)) {
+                            sections_with_vector += 1;
+                        }
+                    }
+                }
+                Some(DenseStats {
+                    vectors: dense.len() as u64,
+                    sections_with_vector,
+                })
+            }
+        };
         Ok(CollectionStats {
             documents,
             sections: searcher.num_docs(),
             bytes,
             generation: snapshot.generation,
+            dense,
         })
     }
 
@@ -653,6 +673,10 @@ impl WriterLoop {
             WriteOp::Delete { doc_id } => {
                 self.writer
                     .delete_term(Term::from_field_text(fields.doc_id, &doc_id));
+                if self.dense.is_some() {
+                    // No new vectors; the commit tombstones the ones the document had.
+                    self.pending_dense.insert(doc_id, None);
+                }
             }
             WriteOp::Upsert(document) => {
                 self.writer
@@ -778,22 +802,35 @@ impl WriterLoop {
         let Some(dense) = &self.dense else {
             return Ok(());
         };
-        let mut dense = dense.write().unwrap_or_else(|p| p.into_inner());
-        for key in replaced_keys {
-            dense.delete(key);
-        }
-        for (_, vectors) in self.pending_dense.drain() {
-            for (key, vector) in vectors.into_iter().flatten() {
-                dense
-                    .insert(key, &vector)
-                    .map_err(|e| LatheError::internal(format!("dense insert: {e}")))?;
+        let needs_rebuild = {
+            let mut dense = dense.write().unwrap_or_else(|p| p.into_inner());
+            for key in replaced_keys {
+                dense.delete(key);
             }
-        }
-        if dense.needs_rebuild() {
+            for (_, vectors) in self.pending_dense.drain() {
+                for (key, vector) in vectors.into_iter().flatten() {
+                    dense
+                        .insert(key, &vector)
+                        .map_err(|e| LatheError::internal(format!("dense insert: {e}")))?;
+                }
+            }
+            dense.needs_rebuild()
+        };
+        if needs_rebuild {
+            // The new graph is built beside the old one, which keeps answering queries; only the
+            // swap takes the write lock. This thread is the only one that changes the index, so
+            // nothing changes between the copy of the live vectors and the swap.
             let started = Instant::now();
-            dense
-                .compact()
+            let live = dense
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .live_vectors();
+            let fresh = dense
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .rebuilt_from(live)
                 .map_err(|e| LatheError::internal(format!("dense rebuild: {e}")))?;
+            *dense.write().unwrap_or_else(|p| p.into_inner()) = fresh;
             tracing::info!(
                 seconds = started.elapsed().as_secs_f32(),
                 "dense index compacted"

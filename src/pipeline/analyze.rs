@@ -48,5 +48,11 @@ fn analyze_one(
         let token = stream.token();
         terms.push((token.offset_from as u32, term_hash(&token.text)));
     }
-    SectionAnalysis { tokens, terms }
+    let mut sentences = Vec::new();
+    crate::chunk::sentences(text, &mut sentences);
+    SectionAnalysis {
+        tokens,
+        terms,
+        sentences,
+    }
 }

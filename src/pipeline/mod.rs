@@ -29,6 +29,9 @@ pub struct Candidate {
     pub end: u32,
     /// Budget tokens inside the range, from the section's token offsets.
     pub token_count: u32,
+    /// Byte range of the table header this chunk continues without holding it (see
+    /// [`crate::chunk::ChunkSpan::header`]): returned as the chunk's context.
+    pub header: Option<(u32, u32)>,
     pub strategy: Strategy,
     pub score: f32,
     pub parts: ScoreParts,

@@ -5,7 +5,8 @@
 //! skipped and smaller ones after them may still be taken. The section's token offsets give a
 //! cheap lower bound that rejects hopeless candidates; a span that may fit is counted exactly with
 //! the budget tokenizer on its own text (a span's standalone tokenization can differ from the
-//! tokens it covers inside the section), so the budget is never exceeded.
+//! tokens it covers inside the section), so the budget is never exceeded. A chunk that continues a
+//! table carries the table's header as context, counted with it (see [`with_context`]).
 
 use std::sync::Arc;
 
@@ -23,8 +24,11 @@ pub struct PackedSpan {
     /// Byte range in the section text.
     pub start: u32,
     pub end: u32,
-    /// Exact count in the budget tokenizer (after `verify`), an estimate before.
+    /// Exact count in the budget tokenizer of the span's text, with its context when it has one.
     pub token_count: u32,
+    /// Byte range of the table header the span continues without holding it: the context the
+    /// caller puts before the span's text.
+    pub header: Option<(u32, u32)>,
     pub score: f32,
     pub parts: ScoreParts,
     pub strategy: Strategy,
@@ -86,6 +90,17 @@ pub fn pack(
             }
         }
         let freed: u64 = absorbed.iter().map(|&i| spans[i].token_count as u64).sum();
+        // The merged span continues the table its first piece continues, unless it now holds the
+        // header itself.
+        let mut first_piece = (candidate.start, candidate.header);
+        for &i in &absorbed {
+            if spans[i].start < first_piece.0 {
+                first_piece = (spans[i].start, spans[i].header);
+            }
+        }
+        let header = first_piece
+            .1
+            .filter(|&(header_start, _)| header_start < start);
         // Tokens wholly inside the span: a lower bound on its own count, good enough to reject.
         let covered = analyses[candidate.section as usize]
             .tokens
@@ -93,7 +108,10 @@ pub fn pack(
         if used - freed + covered.saturating_sub(covered / 8) > budget {
             continue;
         }
-        let merged_tokens = tokenizer.count(&text[start as usize..end as usize]) as u64;
+        let merged_tokens = match header {
+            None => tokenizer.count(&text[start as usize..end as usize]),
+            Some(header) => tokenizer.count(&with_context(text, header, (start, end))),
+        } as u64;
         if used - freed + merged_tokens > budget {
             continue;
         }
@@ -102,6 +120,7 @@ pub fn pack(
             start,
             end,
             token_count: merged_tokens as u32,
+            header,
             score: candidate.score,
             parts: candidate.parts,
             strategy: candidate.strategy,
@@ -127,6 +146,17 @@ pub fn pack(
             .then(a.start.cmp(&b.start))
     });
     spans
+}
+
+/// What a caller reads for a span with a context: the context, a line break, then the span.
+pub fn with_context(text: &str, context: (u32, u32), span: (u32, u32)) -> String {
+    let context = &text[context.0 as usize..context.1 as usize];
+    let span = &text[span.0 as usize..span.1 as usize];
+    let mut joined = String::with_capacity(context.len() + 1 + span.len());
+    joined.push_str(context);
+    joined.push('\n');
+    joined.push_str(span);
+    joined
 }
 
 /// True when two byte ranges of `text` overlap or only whitespace lies between them.
@@ -162,7 +192,7 @@ mod properties {
     };
     use proptest::strategy::Strategy as _;
 
-    use super::{pack, Candidate, SectionAnalysis};
+    use super::{pack, with_context, Candidate, SectionAnalysis};
     use crate::chunk::{chunk_section, ChunkOptions, ChunkSpan, Unit};
     use crate::index::SectionHit;
     use crate::tokenizer::BudgetTokenizer;
@@ -202,6 +232,7 @@ mod properties {
                 2 => Just(" ".to_string()),
                 1 => Just(". ".to_string()),
                 1 => Just("\n\n".to_string()),
+                1 => Just("\n\n| name | value |\n|---|---|\n| a | 1 |\n| b | 2 |\n| c | 3 |\n\n".to_string()),
                 1 => "\\PC{1,3}",
                 1 => prop::sample::select(vec!["é", "e\u{301}", "東京", "👩‍👩‍👧", "مرحبا", "।", "𝔘"]).prop_map(str::to_string),
             ],
@@ -217,6 +248,7 @@ mod properties {
         fn packing_never_exceeds_the_budget_and_never_repeats_text(
             texts in prop::collection::vec(text_strategy(), 1..4),
             max_size in 1u32..40,
+            structure in any::<bool>(),
             overlap_share in 0u32..100,
             budget in 1u32..200,
             seed in any::<u64>(),
@@ -224,10 +256,11 @@ mod properties {
             let hits: Vec<SectionHit> = texts.iter().map(|t| section(t)).collect();
             let analyses: Vec<Arc<SectionAnalysis>> = hits
                 .iter()
-                .map(|hit| Arc::new(SectionAnalysis { tokens: tokenizer().offsets(&hit.text), terms: Vec::new() }))
+                .map(|hit| Arc::new(SectionAnalysis { tokens: tokenizer().offsets(&hit.text), terms: Vec::new(), sentences: Vec::new() }))
                 .collect();
             let options = ChunkOptions {
-                strategy: crate::chunk::Strategy::Fixed,
+                // Structure repeats table headers as context, which the budget must count.
+                strategy: if structure { crate::chunk::Strategy::Structure } else { crate::chunk::Strategy::Fixed },
                 max_size,
                 overlap: overlap_share * (max_size - 1) / 100,
                 unit: Unit::Tokens,
@@ -245,6 +278,7 @@ mod properties {
                         start: span.start,
                         end: span.end,
                         token_count: span.token_count,
+                        header: span.header,
                         strategy: span.strategy,
                         score,
                         parts: ScoreParts::default(),
@@ -254,7 +288,17 @@ mod properties {
             candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
             let packed = pack(&candidates, &hits, &analyses, budget, tokenizer());
 
-            let total: usize = packed.iter().map(|s| tokenizer().count(&hits[s.section as usize].text[s.start as usize..s.end as usize])).sum();
+            let mut total = 0usize;
+            for s in &packed {
+                let text = &hits[s.section as usize].text;
+                total += match s.header {
+                    None => tokenizer().count(&text[s.start as usize..s.end as usize]),
+                    Some(header) => {
+                        prop_assert!(header.1 <= s.start, "context {header:?} inside {s:?}");
+                        tokenizer().count(&with_context(text, header, (s.start, s.end)))
+                    }
+                };
+            }
             prop_assert!(total <= budget as usize, "{total} > {budget}");
             prop_assert_eq!(total, packed.iter().map(|s| s.token_count as usize).sum::<usize>());
             for (i, a) in packed.iter().enumerate() {

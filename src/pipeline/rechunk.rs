@@ -33,9 +33,10 @@ pub fn rechunk(
         } else {
             None
         };
-        chunk::chunk_section(
+        chunk::chunk_section_with_sentences(
             &hit.text,
             &analysis.tokens,
+            &analysis.sentences,
             options,
             semantic.as_ref(),
             &mut spans,
@@ -45,6 +46,7 @@ pub fn rechunk(
             start: span.start,
             end: span.end,
             token_count: span.token_count,
+            header: span.header,
             strategy: span.strategy,
             score: 0.0,
             parts: ScoreParts::default(),

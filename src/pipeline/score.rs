@@ -222,6 +222,7 @@ mod tests {
         Arc::new(SectionAnalysis {
             tokens: TokenOffsets::default(),
             terms,
+            sentences: Vec::new(),
         })
     }
 
@@ -231,6 +232,7 @@ mod tests {
             start,
             end,
             token_count: 0,
+            header: None,
             strategy: Strategy::Fixed,
             score: 0.0,
             parts: ScoreParts::default(),

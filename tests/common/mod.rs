@@ -26,6 +26,9 @@ pub fn test_config(data_dir: &Path) -> Config {
     config.models.dir = models_dir();
     config.storage.writer_memory_bytes = 15 << 20;
     config.server.cpu_threads = 2;
+    // Embedding whole articles in a debug build on a busy CI machine can take longer than the
+    // production deadline; tests of deadlines set their own.
+    config.server.request_timeout_ms = 300_000;
     config
 }
 

@@ -70,7 +70,7 @@ if BaseRetriever is not None:
             )
             return [
                 LangChainDocument(
-                    page_content=chunk.text,
+                    page_content=chunk.full_text,
                     metadata={
                         **chunk.metadata,
                         "doc_id": chunk.doc_id,

@@ -378,6 +378,7 @@ def _chunk_from_proto(chunk: lathe_pb2.RetrievedChunk) -> Chunk:
         ),
         strategy=_strategy_from_proto(chunk.strategy),
         metadata=dict(chunk.metadata),
+        context=chunk.context,
     )
 
 

@@ -136,6 +136,14 @@ class Chunk:
     score_parts: ScoreParts
     strategy: ChunkStrategy
     metadata: Mapping[str, str]
+    # Header rows of the table this chunk continues without holding them; "" for most chunks.
+    # `token_count` counts `context + "\n" + text` when it is set.
+    context: str = ""
+
+    @property
+    def full_text(self) -> str:
+        """What to put in a prompt: the context (when there is one), a line break, the text."""
+        return f"{self.context}\n{self.text}" if self.context else self.text
 
 
 @dataclass(frozen=True)

@@ -77,16 +77,26 @@ class CollectionSettings(_message.Message):
     def __init__(self, budget_tokenizer: _Optional[str] = ..., default_chunking: _Optional[_Union[ChunkingOptions, _Mapping]] = ..., section_tokens: _Optional[int] = ...) -> None: ...
 
 class CollectionStats(_message.Message):
-    __slots__ = ("documents", "sections", "bytes", "generation")
+    __slots__ = ("documents", "sections", "bytes", "generation", "dense")
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     SECTIONS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    DENSE_FIELD_NUMBER: _ClassVar[int]
     documents: int
     sections: int
     bytes: int
     generation: int
-    def __init__(self, documents: _Optional[int] = ..., sections: _Optional[int] = ..., bytes: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
+    dense: DenseStats
+    def __init__(self, documents: _Optional[int] = ..., sections: _Optional[int] = ..., bytes: _Optional[int] = ..., generation: _Optional[int] = ..., dense: _Optional[_Union[DenseStats, _Mapping]] = ...) -> None: ...
+
+class DenseStats(_message.Message):
+    __slots__ = ("vectors", "sections_with_vector")
+    VECTORS_FIELD_NUMBER: _ClassVar[int]
+    SECTIONS_WITH_VECTOR_FIELD_NUMBER: _ClassVar[int]
+    vectors: int
+    sections_with_vector: int
+    def __init__(self, vectors: _Optional[int] = ..., sections_with_vector: _Optional[int] = ...) -> None: ...
 
 class CollectionInfo(_message.Message):
     __slots__ = ("name", "settings", "stats")
@@ -266,7 +276,7 @@ class ScoreParts(_message.Message):
     def __init__(self, bm25: _Optional[float] = ..., section: _Optional[float] = ..., dense: _Optional[float] = ...) -> None: ...
 
 class RetrievedChunk(_message.Message):
-    __slots__ = ("doc_id", "section_id", "section_title", "heading_path", "doc_title", "text", "bytes", "chars", "token_count", "score", "score_parts", "strategy", "metadata")
+    __slots__ = ("doc_id", "section_id", "section_title", "heading_path", "doc_title", "text", "bytes", "chars", "token_count", "score", "score_parts", "strategy", "metadata", "context")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +297,7 @@ class RetrievedChunk(_message.Message):
     SCORE_PARTS_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
     doc_id: str
     section_id: str
     section_title: str
@@ -300,7 +311,8 @@ class RetrievedChunk(_message.Message):
     score_parts: ScoreParts
     strategy: ChunkStrategy
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, doc_id: _Optional[str] = ..., section_id: _Optional[str] = ..., section_title: _Optional[str] = ..., heading_path: _Optional[_Iterable[str]] = ..., doc_title: _Optional[str] = ..., text: _Optional[str] = ..., bytes: _Optional[_Union[Span, _Mapping]] = ..., chars: _Optional[_Union[Span, _Mapping]] = ..., token_count: _Optional[int] = ..., score: _Optional[float] = ..., score_parts: _Optional[_Union[ScoreParts, _Mapping]] = ..., strategy: _Optional[_Union[ChunkStrategy, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    context: str
+    def __init__(self, doc_id: _Optional[str] = ..., section_id: _Optional[str] = ..., section_title: _Optional[str] = ..., heading_path: _Optional[_Iterable[str]] = ..., doc_title: _Optional[str] = ..., text: _Optional[str] = ..., bytes: _Optional[_Union[Span, _Mapping]] = ..., chars: _Optional[_Union[Span, _Mapping]] = ..., token_count: _Optional[int] = ..., score: _Optional[float] = ..., score_parts: _Optional[_Union[ScoreParts, _Mapping]] = ..., strategy: _Optional[_Union[ChunkStrategy, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., context: _Optional[str] = ...) -> None: ...
 
 class StageTiming(_message.Message):
     __slots__ = ("stage", "micros")
