@@ -23,13 +23,20 @@ if [ "$#" -gt 0 ]; then
 else
     mapfile -t targets < <(cargo fuzz list)
 fi
+# Run copies of the binaries built now, so that edits to the sources during a long run neither
+# trigger rebuilds nor change what is being fuzzed.
+frozen=target/frozen
+mkdir -p "$frozen"
+for target in "${targets[@]}"; do
+    cp "target/$(rustc -vV | sed -n 's/^host: //p')/release/$target" "$frozen/$target"
+done
 
 mkdir -p runs
 status=0
 for target in "${targets[@]}"; do
-    mkdir -p "corpus/$target" "seeds/$target"
+    mkdir -p "corpus/$target" "seeds/$target" "artifacts/$target"
     log="runs/$target.log"
-    if cargo fuzz run "${flags[@]}" "$target" "corpus/$target" "seeds/$target" -- \
+    if "$frozen/$target" "corpus/$target" "seeds/$target" -artifact_prefix="artifacts/$target/" \
         -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=4096 -timeout=30 \
         -print_final_stats=1 >"$log" 2>&1; then
         result=ok

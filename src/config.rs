@@ -94,6 +94,10 @@ pub struct ModelsConfig {
     pub fine_mode: FineModeName,
     /// Threads ONNX Runtime uses inside one operator.
     pub inference_threads: usize,
+    /// ONNX Runtime's CPU memory arena and memory patterns. On, each inference session keeps the
+    /// peak memory of its largest batch resident for reuse (about 1 GiB per session with the
+    /// default batch limits); off, activations are allocated per run and returned afterwards.
+    pub inference_memory_arena: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,6 +208,7 @@ impl Default for ModelsConfig {
             dense: DenseModel::Minilm,
             fine_mode: FineModeName::Late,
             inference_threads: 2,
+            inference_memory_arena: false,
         }
     }
 }

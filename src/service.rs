@@ -349,6 +349,7 @@ fn open_embedder(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
         DenseModel::Minilm => {
             let mut minilm = MiniLmConfig::from_models_dir(dir);
             minilm.intra_op_threads = config.models.inference_threads;
+            minilm.memory_arena = config.models.inference_memory_arena;
             // A second session, so that query embeddings do not queue behind ingest batches.
             minilm.session_count = 2;
             Some(Arc::new(MiniLmEmbedder::new(minilm).map_err(hint)?))

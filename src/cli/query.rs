@@ -1,5 +1,7 @@
 //! `lathe query`: one retrieve request, printed with scores and offsets.
 
+use anyhow::Context;
+
 use crate::api::proto;
 
 #[derive(clap::Args, Debug)]
@@ -90,29 +92,43 @@ pub async fn query(args: QueryArgs) -> anyhow::Result<()> {
         .await
         .map_err(|status| anyhow::anyhow!("{:?}: {}", status.code(), status.message()))?
         .into_inner();
-    if args.json {
+    let mut out = std::io::stdout().lock();
+    match print_response(&mut out, &response, args.json) {
+        // `lathe query ... | head` closes the pipe early: that is not an error.
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        result => result.context("writing the answer"),
+    }
+}
+
+fn print_response(
+    out: &mut impl std::io::Write,
+    response: &proto::RetrieveResponse,
+    json: bool,
+) -> std::io::Result<()> {
+    if json {
         let chunks: Vec<serde_json::Value> = response
             .chunks
             .iter()
             .map(|c| {
                 serde_json::json!({
                     "doc_id": c.doc_id, "section_id": c.section_id, "section_title": c.section_title,
-                    "text": c.text, "bytes": c.bytes.map(|s| [s.start, s.end]), "chars": c.chars.map(|s| [s.start, s.end]),
-                    "tokens": c.token_count, "score": c.score,
+                    "context": c.context, "text": c.text, "bytes": c.bytes.map(|s| [s.start, s.end]),
+                    "chars": c.chars.map(|s| [s.start, s.end]), "tokens": c.token_count, "score": c.score,
                 })
             })
             .collect();
-        println!(
+        return writeln!(
+            out,
             "{}",
             serde_json::json!({"chunks": chunks, "tokens_used": response.tokens_used, "cache_hit": response.cache_hit})
         );
-        return Ok(());
     }
     for (rank, chunk) in response.chunks.iter().enumerate() {
         let bytes = chunk.bytes.unwrap_or_default();
         let chars = chunk.chars.unwrap_or_default();
         let parts = chunk.score_parts.unwrap_or_default();
-        println!(
+        writeln!(
+            out,
             "#{} {} [{}] score {:.3} (bm25 {:.2}, section {:.2}, dense {:.2}) · {} tokens · bytes {}..{} · chars {}..{} · {}",
             rank + 1,
             chunk.section_id,
@@ -127,15 +143,19 @@ pub async fn query(args: QueryArgs) -> anyhow::Result<()> {
             chars.start,
             chars.end,
             proto::ChunkStrategy::try_from(chunk.strategy).map_or("?", |s| s.as_str_name()),
-        );
-        println!("{}\n", chunk.text.trim());
+        )?;
+        if !chunk.context.is_empty() {
+            writeln!(out, "{}", chunk.context)?;
+        }
+        writeln!(out, "{}\n", chunk.text.trim())?;
     }
     let timings: Vec<String> = response
         .timings
         .iter()
         .map(|t| format!("{} {} µs", t.stage, t.micros))
         .collect();
-    println!(
+    writeln!(
+        out,
         "{} chunks, {} / {} tokens, generation {}, cache {}; {}",
         response.chunks.len(),
         response.tokens_used,
@@ -143,6 +163,5 @@ pub async fn query(args: QueryArgs) -> anyhow::Result<()> {
         response.generation,
         if response.cache_hit { "hit" } else { "miss" },
         timings.join(", ")
-    );
-    Ok(())
+    )
 }

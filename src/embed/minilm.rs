@@ -32,6 +32,9 @@ pub struct MiniLmConfig {
     pub onnxruntime_library_path: PathBuf,
     /// Threads each session uses inside one operator.
     pub intra_op_threads: usize,
+    /// ONNX Runtime's CPU arena and memory patterns: on, a session keeps the peak memory of its
+    /// largest batch resident for reuse; off, activations are allocated per run and freed.
+    pub memory_arena: bool,
     /// Sessions kept, so that this many calls can run inference at once.
     pub session_count: usize,
     /// Most sequences in one model run.
@@ -55,6 +58,7 @@ impl MiniLmConfig {
             tokenizer_path: models_dir.join("minilm/tokenizer.json"),
             onnxruntime_library_path: models_dir.join("onnxruntime/libonnxruntime.so"),
             intra_op_threads: 2,
+            memory_arena: false,
             session_count: 1,
             max_batch_sequences: 32,
             max_batch_tokens: 8192,
@@ -176,6 +180,12 @@ impl MiniLmEmbedder {
         let mut sessions = Vec::with_capacity(config.session_count.max(1));
         for _ in 0..config.session_count.max(1) {
             let session = Session::builder(&environment)
+                .map_err(|error| model_error(&error))?
+                .with_memory_pattern(config.memory_arena)
+                .map_err(|error| model_error(&error))?
+                .with_execution_providers([ort::ep::CPU::default()
+                    .with_arena_allocator(config.memory_arena)
+                    .build()])
                 .map_err(|error| model_error(&error))?
                 .with_optimization_level(GraphOptimizationLevel::All)
                 .map_err(|error| model_error(&error))?
