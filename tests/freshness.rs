@@ -81,15 +81,33 @@ fn version_word(document: usize, version: u64) -> String {
 fn version_text(document: usize, version: u64) -> String {
     let word = document_word(document);
     let marker = version_word(document, version);
-    let filler = "The river of nouns flows past quiet hills. ".repeat(1 + (version as usize % 5));
+    // Lengths differ early in each section, so the token offsets of one version do not fit another.
+    let filler = format!(
+        "The river of nouns flows past {}quiet hills.",
+        "very ".repeat(version as usize % 7)
+    );
     format!(
         "# Overview of {word} {marker}\n\n\
-         The first part of {word} at version {marker} begins here. {filler}\n\n\
+         {filler} The first part of {word} at version {marker} begins here.\n\n\
          ## Details of {word}\n\n\
-         The second part of {word} says more: café, naïve, über — {marker} again. {filler}\n\n\
+         {filler} The second part of {word} says more: café, naïve, über — {marker} again.\n\n\
          ## Closing notes\n\n\
          Last words on {word}, with ünïcödé and 東京 to shift the char offsets.\n"
     )
+}
+
+/// The sections of a version's text, as Lathe returns them: from each heading line, trimmed.
+fn whole_sections(text: &str) -> Vec<&str> {
+    // Every version starts with a heading; every later heading follows a newline.
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(text.match_indices("\n#").map(|(at, _)| at + 1))
+        .collect();
+    let mut sections = Vec::new();
+    for (i, &start) in starts.iter().enumerate() {
+        let end = starts.get(i + 1).copied().unwrap_or(text.len());
+        sections.push(text[start..end].trim());
+    }
+    sections
 }
 
 fn version_document(document: usize, version: u64, text: &str) -> proto::Document {
@@ -183,13 +201,29 @@ impl History {
     }
 }
 
+/// How the chunks of an answer were cut.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Shape {
+    /// The default chunking with a budget for everything: sections are smaller than a chunk, so
+    /// each chunk is one whole section.
+    WholeSections,
+    /// Fixed windows of a few tokens under a small budget: each chunk starts and ends on a token
+    /// boundary of its own text.
+    TokenWindows,
+}
+
+const WINDOW_TOKENS: u32 = 8;
+const WINDOW_BUDGET: u32 = 40;
+
 /// Checks every chunk of `response` (to a query that started at `started`) against the history:
-/// a known document and version, allowed at that time, one version per document, and the exact
-/// slice of that version at its byte and char offsets. Returns the version seen per document.
+/// a known document and version, allowed at that time, one version per document, the exact slice
+/// of that version at its byte and char offsets, and cut on that version's own tokens (a section
+/// analysis of another version's text would cut elsewhere). Returns the version seen per document.
 fn check_response(
     history: &History,
     started: u64,
     query: &str,
+    shape: Shape,
     response: &proto::RetrieveResponse,
 ) -> BTreeMap<usize, u64> {
     let mut seen: BTreeMap<usize, u64> = BTreeMap::new();
@@ -233,12 +267,35 @@ fn check_response(
             chunk.text,
             "char offsets do not slice version {version}: {context}"
         );
-        // The text itself names its version wherever a marker falls inside the chunk.
+        match shape {
+            Shape::WholeSections => assert!(
+                whole_sections(&text).contains(&chunk.text.as_str()),
+                "not a whole section of version {version}: {context}"
+            ),
+            Shape::TokenWindows => {
+                let spans = minilm_token_spans(&text);
+                let (start, end) = (bytes.start as usize, bytes.end as usize);
+                assert!(
+                    spans.iter().any(|s| s.0 == start) && spans.iter().any(|s| s.1 == end),
+                    "not cut on the tokens of version {version}: {context}"
+                );
+                assert!(response.tokens_used <= WINDOW_BUDGET, "{context}");
+            }
+        }
+        // The count is of this text: a section analysis of another text (another version) would
+        // cut and count on foreign token offsets.
+        assert_eq!(
+            chunk.token_count as usize,
+            minilm_count(&chunk.text),
+            "token count of another text: {context}"
+        );
+        // The text itself names its version wherever a marker falls inside the chunk (a window
+        // may end inside one).
         let expected_marker = version_word(document, version);
         for word in chunk.text.split(|c: char| !c.is_alphanumeric()) {
             if word.starts_with(VERSION_WORD_PREFIX) {
-                assert_eq!(
-                    word, expected_marker,
+                assert!(
+                    expected_marker.starts_with(word),
                     "chunk text of another version: {context}"
                 );
             }
@@ -247,6 +304,7 @@ fn check_response(
     seen
 }
 
+/// A request in the `WholeSections` shape.
 fn request(query: &str, top_k: u32, doc_ids: Vec<String>) -> proto::RetrieveRequest {
     proto::RetrieveRequest {
         top_k: Some(top_k),
@@ -258,6 +316,19 @@ fn request(query: &str, top_k: u32, doc_ids: Vec<String>) -> proto::RetrieveRequ
     }
 }
 
+/// A request in the `TokenWindows` shape.
+fn windows_request(query: &str, top_k: u32) -> proto::RetrieveRequest {
+    proto::RetrieveRequest {
+        token_budget: WINDOW_BUDGET,
+        chunking: Some(proto::ChunkingOptions {
+            strategy: proto::ChunkStrategy::Fixed as i32,
+            max_tokens: Some(WINDOW_TOKENS),
+            ..Default::default()
+        }),
+        ..request(query, top_k, Vec::new())
+    }
+}
+
 /// Sends `request` after taking a start time; checks the answer against the history.
 async fn checked_retrieve(
     client: &mut LatheClient<Channel>,
@@ -265,9 +336,14 @@ async fn checked_retrieve(
     request: proto::RetrieveRequest,
 ) -> (proto::RetrieveResponse, BTreeMap<usize, u64>) {
     let query = request.query.clone();
+    let fixed = proto::ChunkStrategy::Fixed as i32;
+    let shape = match &request.chunking {
+        Some(chunking) if chunking.strategy == fixed => Shape::TokenWindows,
+        _ => Shape::WholeSections,
+    };
     let started = history.tick();
     let response = retrieve(client, request).await;
-    let seen = check_response(history, started, &query, &response);
+    let seen = check_response(history, started, &query, shape, &response);
     (response, seen)
 }
 
@@ -440,13 +516,15 @@ async fn reader(
                 version_word(document, random.next(newest) + 1)
             }
         };
+        let top_k = 3 * DOCUMENTS as u32;
+        let windows = random.next(2) == 0;
         for _ in 0..2 {
-            let (response, _) = checked_retrieve(
-                &mut client,
-                &history,
-                request(&query, 3 * DOCUMENTS as u32, Vec::new()),
-            )
-            .await;
+            let request = if windows {
+                windows_request(&query, top_k)
+            } else {
+                request(&query, top_k, Vec::new())
+            };
+            let (response, _) = checked_retrieve(&mut client, &history, request).await;
             answers += 1;
             chunks += response.chunks.len() as u64;
             hits += u64::from(response.cache_hit);
@@ -555,7 +633,10 @@ async fn result_cache_is_keyed_by_generation_and_never_stale() {
         assert!(!first.cache_hit, "the first answer after a write is fresh");
         let (again, seen_again) =
             checked_retrieve(client, history, request(query, 8, Vec::new())).await;
-        assert!(again.cache_hit, "the repeated query is answered by the cache");
+        assert!(
+            again.cache_hit,
+            "the repeated query is answered by the cache"
+        );
         assert_eq!(again.generation, first.generation);
         assert_eq!(again.chunks, first.chunks);
         assert_eq!(seen_again, seen);
