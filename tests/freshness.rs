@@ -699,3 +699,59 @@ async fn result_cache_is_keyed_by_generation_and_never_stale() {
     assert!(closing.bytes.unwrap().start as usize >= moved_to);
     server.stop().await;
 }
+
+/// A deleted document's section vectors leave the dense index with it. Before the fix a delete
+/// removed the sections from tantivy only: their vectors stayed live in hnsw, so the nearest
+/// neighbours of a query could all be deleted sections (dropped by the tantivy lookup), leaving
+/// the dense leg empty, and they never counted towards compaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_documents_leave_the_dense_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let mut client = server.client.clone();
+    create_collection(&mut client, COLLECTION).await;
+    let query = "volcano eruption lava";
+    // Near copies of the query, nearer to it than anything kept.
+    let deleted: Vec<String> = (0..12).map(|i| format!("gone{i}")).collect();
+    let near_copies = deleted
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let text = format!("Volcano eruption lava. Volcano eruption lava number {i}.");
+            document(id, &text, Format::Plain)
+        })
+        .collect();
+    upsert(&mut client, COLLECTION, near_copies).await;
+    // Related in meaning, but sharing no term with the query: only the dense leg finds it.
+    let kept = "Molten rock climbs through vents in the crust and spills down the mountain.";
+    upsert(
+        &mut client,
+        COLLECTION,
+        vec![document("kept", kept, Format::Plain)],
+    )
+    .await;
+    let before = retrieve(&mut client, retrieve_request(COLLECTION, query, 256)).await;
+    assert!(before.chunks.iter().any(|c| c.doc_id.starts_with("gone")));
+
+    client
+        .delete_documents(proto::DeleteDocumentsRequest {
+            collection: COLLECTION.to_string(),
+            ids: deleted.clone(),
+            wait: true,
+        })
+        .await
+        .expect("delete");
+    for top_k in [1, 4] {
+        let mut request = retrieve_request(COLLECTION, query, 256);
+        request.top_k = Some(top_k);
+        let after = retrieve(&mut client, request).await;
+        let ids: Vec<&str> = after.chunks.iter().map(|c| c.doc_id.as_str()).collect();
+        assert_eq!(
+            ids,
+            vec!["kept"],
+            "top_k {top_k}: the only live document is the dense leg's nearest"
+        );
+        assert_eq!(after.chunks[0].text, kept);
+    }
+    server.stop().await;
+}

@@ -653,6 +653,11 @@ impl WriterLoop {
             WriteOp::Delete { doc_id } => {
                 self.writer
                     .delete_term(Term::from_field_text(fields.doc_id, &doc_id));
+                // The commit tombstones the document's section vectors too: left live in hnsw,
+                // they would crowd the live sections out of the nearest neighbours.
+                if self.dense.is_some() {
+                    self.pending_dense.insert(doc_id, None);
+                }
             }
             WriteOp::Upsert(document) => {
                 self.writer
