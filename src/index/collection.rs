@@ -783,22 +783,36 @@ impl WriterLoop {
         let Some(dense) = &self.dense else {
             return Ok(());
         };
-        let mut dense = dense.write().unwrap_or_else(|p| p.into_inner());
-        for key in replaced_keys {
-            dense.delete(key);
-        }
-        for (_, vectors) in self.pending_dense.drain() {
-            for (key, vector) in vectors.into_iter().flatten() {
-                dense
-                    .insert(key, &vector)
-                    .map_err(|e| LatheError::internal(format!("dense insert: {e}")))?;
+        let needs_rebuild = {
+            let mut dense = dense.write().unwrap_or_else(|p| p.into_inner());
+            for key in replaced_keys {
+                dense.delete(key);
             }
-        }
-        if dense.needs_rebuild() {
+            for (_, vectors) in self.pending_dense.drain() {
+                for (key, vector) in vectors.into_iter().flatten() {
+                    dense
+                        .insert(key, &vector)
+                        .map_err(|e| LatheError::internal(format!("dense insert: {e}")))?;
+                }
+            }
+            dense.needs_rebuild()
+        };
+        if needs_rebuild {
+            // Compaction rebuilds the whole graph (seconds for thousands of sections). This thread
+            // is the dense index's only writer, so nothing changes it while the fresh graph is
+            // built from a copy of its live vectors: queries keep searching the old graph under
+            // the read lock and wait only for the swap.
             let started = Instant::now();
-            dense
-                .compact()
+            let (config, live) = {
+                let dense = dense.read().unwrap_or_else(|p| p.into_inner());
+                (dense.config().clone(), dense.live_vectors())
+            };
+            let mut fresh = DenseIndex::new(config)
                 .map_err(|e| LatheError::internal(format!("dense rebuild: {e}")))?;
+            fresh
+                .rebuild(live)
+                .map_err(|e| LatheError::internal(format!("dense rebuild: {e}")))?;
+            *dense.write().unwrap_or_else(|p| p.into_inner()) = fresh;
             tracing::info!(
                 seconds = started.elapsed().as_secs_f32(),
                 "dense index compacted"
