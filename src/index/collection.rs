@@ -812,7 +812,12 @@ impl WriterLoop {
             fresh
                 .rebuild(live)
                 .map_err(|e| LatheError::internal(format!("dense rebuild: {e}")))?;
-            *dense.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+            let replaced = std::mem::replace(
+                &mut *dense.write().unwrap_or_else(|p| p.into_inner()),
+                fresh,
+            );
+            // Freeing the old graph takes time too: not under the lock.
+            drop(replaced);
             tracing::info!(
                 seconds = started.elapsed().as_secs_f32(),
                 "dense index compacted"
