@@ -271,17 +271,6 @@ impl DenseIndex {
         self.rebuild(live)
     }
 
-    /// A fresh index (no tombstones) holding `live`, with this index's settings; `self` is left
-    /// as it is, so it can keep answering searches while the new graph is built.
-    pub fn rebuilt_from(
-        &self,
-        live: impl IntoIterator<Item = (u64, Vec<f32>)>,
-    ) -> Result<Self, DenseError> {
-        let mut fresh = Self::new(self.config.clone())?;
-        fresh.rebuild(live)?;
-        Ok(fresh)
-    }
-
     /// Copies of the live vectors with their ids, in no particular order.
     pub fn live_vectors(&self) -> Vec<(u64, Vec<f32>)> {
         let mut live = Vec::with_capacity(self.live_slots.len());

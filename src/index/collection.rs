@@ -673,8 +673,9 @@ impl WriterLoop {
             WriteOp::Delete { doc_id } => {
                 self.writer
                     .delete_term(Term::from_field_text(fields.doc_id, &doc_id));
+                // The commit tombstones the document's section vectors too: left live in hnsw,
+                // they would crowd the live sections out of the nearest neighbours.
                 if self.dense.is_some() {
-                    // No new vectors; the commit tombstones the ones the document had.
                     self.pending_dense.insert(doc_id, None);
                 }
             }
@@ -817,20 +818,26 @@ impl WriterLoop {
             dense.needs_rebuild()
         };
         if needs_rebuild {
-            // The new graph is built beside the old one, which keeps answering queries; only the
-            // swap takes the write lock. This thread is the only one that changes the index, so
-            // nothing changes between the copy of the live vectors and the swap.
+            // Compaction rebuilds the whole graph (seconds for thousands of sections). This thread
+            // is the dense index's only writer, so nothing changes it while the fresh graph is
+            // built from a copy of its live vectors: queries keep searching the old graph under
+            // the read lock and wait only for the swap.
             let started = Instant::now();
-            let live = dense
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .live_vectors();
-            let fresh = dense
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .rebuilt_from(live)
+            let (config, live) = {
+                let dense = dense.read().unwrap_or_else(|p| p.into_inner());
+                (dense.config().clone(), dense.live_vectors())
+            };
+            let mut fresh = DenseIndex::new(config)
                 .map_err(|e| LatheError::internal(format!("dense rebuild: {e}")))?;
-            *dense.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+            fresh
+                .rebuild(live)
+                .map_err(|e| LatheError::internal(format!("dense rebuild: {e}")))?;
+            let replaced = std::mem::replace(
+                &mut *dense.write().unwrap_or_else(|p| p.into_inner()),
+                fresh,
+            );
+            // Freeing the old graph takes time too: not under the lock.
+            drop(replaced);
             tracing::info!(
                 seconds = started.elapsed().as_secs_f32(),
                 "dense index compacted"

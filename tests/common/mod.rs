@@ -172,16 +172,29 @@ pub fn char_slice(text: &str, start: u64, end: u64) -> String {
         .collect()
 }
 
-/// Token count in the default budget tokenizer, independent of the server.
-pub fn minilm_count(text: &str) -> usize {
+/// The default budget tokenizer (MiniLM), loaded once, independent of the server.
+fn minilm_tokenizer() -> &'static tokenizers::Tokenizer {
     use std::sync::OnceLock;
     static TOKENIZER: OnceLock<tokenizers::Tokenizer> = OnceLock::new();
-    let tokenizer = TOKENIZER.get_or_init(|| {
+    TOKENIZER.get_or_init(|| {
         let mut t = tokenizers::Tokenizer::from_file(models_dir().join("minilm/tokenizer.json"))
             .expect("run scripts/fetch-models.sh");
         t.with_padding(None);
         t.with_truncation(None).unwrap();
         t
-    });
-    tokenizer.encode(text, false).unwrap().len()
+    })
+}
+
+/// Token count in the default budget tokenizer, independent of the server.
+pub fn minilm_count(text: &str) -> usize {
+    minilm_tokenizer().encode(text, false).unwrap().len()
+}
+
+/// Byte spans of the tokens of `text` in the default budget tokenizer.
+pub fn minilm_token_spans(text: &str) -> Vec<(usize, usize)> {
+    minilm_tokenizer()
+        .encode(text, false)
+        .unwrap()
+        .get_offsets()
+        .to_vec()
 }
