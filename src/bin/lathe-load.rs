@@ -13,6 +13,8 @@
 //!   revisions of 16 extra documents and deletes one in every four writes, so every write commits,
 //!   moves the generation (which invalidates cached answers), leaves tombstones in the dense index
 //!   (compacted once a quarter of it is dead) and new tantivy segments (merged in the background).
+//! - `--read-only-first S`: with `--writer`, a read-only run of S seconds before each writer run,
+//!   on the same collection and server: the baseline of a soak.
 //! - `--sample-every S`: a soak report, one line every S seconds: requests, p99 and maximum latency
 //!   of that interval, writes, and the resident memory of this process (server and clients, when
 //!   the server runs in-process).
@@ -78,6 +80,10 @@ struct Args {
     /// Print an interval line (latency, writes, RSS) every this many seconds; 0: off.
     #[arg(long, default_value_t = 0)]
     sample_every: u64,
+    /// With `--writer`: first a read-only run of this many seconds on the same collection, the
+    /// baseline a soak's latency is compared with; 0: none.
+    #[arg(long, default_value_t = 0)]
+    read_only_first: u64,
 }
 
 /// Latencies and writes of the current sampling interval, shared by the clients and the sampler.
@@ -313,6 +319,8 @@ async fn run(
     questions: Arc<Vec<String>>,
     miss_counter: Arc<AtomicU64>,
     args: Arc<Args>,
+    writer: bool,
+    seconds: u64,
 ) -> anyhow::Result<RunReport> {
     // Hot set: evenly spread over the questions, deterministic.
     let hot_len = args.hot_set.clamp(1, questions.len());
@@ -348,7 +356,7 @@ async fn run(
     };
     let first_request = counter.load(Ordering::Relaxed);
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(args.seconds);
+    let deadline = started + Duration::from_secs(seconds);
     let interval = (args.sample_every > 0).then(|| Arc::new(Interval::default()));
     let sampler = interval.as_ref().map(|interval| {
         tokio::spawn(run_sampler(
@@ -358,7 +366,7 @@ async fn run(
             deadline,
         ))
     });
-    let writer = if args.writer {
+    let writer_task = if writer {
         let client = connect(address).await?;
         Some(tokio::spawn(run_writer(
             client,
@@ -390,7 +398,7 @@ async fn run(
     let mut report = RunReport {
         mode,
         clients,
-        writer: args.writer,
+        writer,
         seconds: 0.0,
         requests: 0,
         ok: 0,
@@ -409,7 +417,7 @@ async fn run(
         }
     }
     report.seconds = started.elapsed().as_secs_f64();
-    if let Some(writer) = writer {
+    if let Some(writer) = writer_task {
         let (writes, errors) = writer.await.context("writer task panicked")?;
         report.writes = writes;
         report.write_errors = errors;
@@ -491,6 +499,9 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     if args.clients.is_empty() || args.clients.contains(&0) {
         anyhow::bail!("--clients needs positive client counts");
+    }
+    if args.read_only_first > 600 {
+        anyhow::bail!("--read-only-first must be in 0..=600");
     }
     if args.seconds == 0 || args.seconds > 600 {
         anyhow::bail!("--seconds must be in 1..=600");
@@ -575,22 +586,32 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
     }
     for &clients in &args.clients {
         for &mode in &modes {
-            let report = run(
-                &address,
-                mode,
-                clients,
-                Arc::clone(&collection),
-                Arc::clone(&dataset),
-                Arc::clone(&questions),
-                Arc::clone(&miss_counter),
-                Arc::clone(&args),
-            )
-            .await?;
-            if args.sample_every > 0 {
-                println!();
-                print_header();
+            // (writer, seconds) of each run: the read-only baseline first when one is asked for.
+            let mut runs = Vec::with_capacity(2);
+            if args.writer && args.read_only_first > 0 {
+                runs.push((false, args.read_only_first));
             }
-            print_row(&report);
+            runs.push((args.writer, args.seconds));
+            for (writer, seconds) in runs {
+                let report = run(
+                    &address,
+                    mode,
+                    clients,
+                    Arc::clone(&collection),
+                    Arc::clone(&dataset),
+                    Arc::clone(&questions),
+                    Arc::clone(&miss_counter),
+                    Arc::clone(&args),
+                    writer,
+                    seconds,
+                )
+                .await?;
+                if args.sample_every > 0 {
+                    println!();
+                    print_header();
+                }
+                print_row(&report);
+            }
         }
     }
     let _ = client
