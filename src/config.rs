@@ -59,6 +59,9 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// HTTP address of the Prometheus `/metrics` endpoint; empty = off.
     pub metrics_listen: String,
+    /// Plaintext address serving only `grpc.health.v1.Health` (for probes that cannot speak
+    /// TLS, like the kubelet's); empty = off.
+    pub health_listen: String,
     /// Threads of the bounded CPU pool for search, chunking and inference (0 = one per core).
     pub cpu_threads: usize,
     /// Requests served at once; more are shed with RESOURCE_EXHAUSTED.
@@ -179,6 +182,7 @@ impl Default for ServerConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
             metrics_listen: String::new(),
+            health_listen: String::new(),
             cpu_threads: 0,
             max_concurrent_requests: 256,
             request_timeout_ms: 30_000,
@@ -409,6 +413,12 @@ impl Config {
             check(
                 self.server.metrics_listen.parse::<SocketAddr>().is_ok(),
                 "server.metrics_listen must be an address like 0.0.0.0:9090, or empty",
+            )?;
+        }
+        if !self.server.health_listen.is_empty() {
+            check(
+                self.server.health_listen.parse::<SocketAddr>().is_ok(),
+                "server.health_listen must be an address like 0.0.0.0:50052, or empty",
             )?;
         }
         Ok(())
