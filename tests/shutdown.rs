@@ -5,15 +5,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::binary::*;
 use common::*;
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 /// Documents per large upsert: enough that embedding them takes seconds, so the upserts are
 /// still in flight when the signal arrives.
@@ -21,106 +19,8 @@ const BATCH_DOCUMENTS: usize = 40;
 /// Generous so that a slow machine never turns the drain into a timeout.
 const DRAIN_TIMEOUT_MS: u64 = 180_000;
 
-struct Server {
-    child: Child,
-    address: String,
-    metrics_address: String,
-    /// Every log line the server writes, as it writes it.
-    log: mpsc::Receiver<String>,
-}
-
-fn free_local_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    listener.local_addr().unwrap().to_string()
-}
-
-fn start(data_dir: &std::path::Path, drain_timeout_ms: u64) -> Server {
-    let metrics_address = free_local_address();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lathe"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--models-dir",
-        ])
-        .arg(models_dir())
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("LATHE_LOG__FILTER", "info")
-        .env("LATHE_STORAGE__WRITER_MEMORY_BYTES", "16000000")
-        .env("LATHE_SERVER__CPU_THREADS", "2")
-        .env("LATHE_SERVER__METRICS_LISTEN", &metrics_address)
-        .env(
-            "LATHE_SERVER__DRAIN_TIMEOUT_MS",
-            drain_timeout_ms.to_string(),
-        )
-        .env("LATHE_SERVER__REQUEST_TIMEOUT_MS", "600000")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn lathe serve");
-    let stderr = child.stderr.take().unwrap();
-    let (line_tx, log) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = line_tx.send(line);
-        }
-    });
-    // The server logs its bound address once indexes and models are loaded.
-    let serving = wait_for_line(&log, "lathe serving", Duration::from_secs(120));
-    let address = serving
-        .split("\"address\":\"")
-        .nth(1)
-        .map(|rest| rest.chars().take_while(|c| *c != '"').collect::<String>())
-        .expect("address in the serving line");
-    Server {
-        child,
-        address,
-        metrics_address,
-        log,
-    }
-}
-
-fn wait_for_line(log: &mpsc::Receiver<String>, needle: &str, limit: Duration) -> String {
-    let deadline = Instant::now() + limit;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match log.recv_timeout(left) {
-            Ok(line) if line.contains(needle) => return line,
-            Ok(_) => {}
-            Err(error) => panic!("no log line with `{needle}`: {error}"),
-        }
-    }
-}
-
-async fn connect(address: &str) -> LatheClient<Channel> {
-    let channel = Endpoint::from_shared(format!("http://{address}"))
-        .unwrap()
-        .connect()
-        .await
-        .expect("connect");
-    LatheClient::new(channel)
-        .max_decoding_message_size(64 << 20)
-        .max_encoding_message_size(64 << 20)
-}
-
-/// `lathe_requests_in_flight` from the Prometheus endpoint (a plain HTTP/1.0 GET).
-fn requests_in_flight(metrics_address: &str) -> i64 {
-    let mut stream = std::net::TcpStream::connect(metrics_address).expect("metrics connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: lathe\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    stream.read_to_string(&mut body).expect("metrics response");
-    body.lines()
-        .find_map(|line| line.strip_prefix("lathe_requests_in_flight "))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no lathe_requests_in_flight in\n{body}"))
+fn drain(milliseconds: u64) -> [(&'static str, String); 1] {
+    [("LATHE_SERVER__DRAIN_TIMEOUT_MS", milliseconds.to_string())]
 }
 
 /// Deterministic prose: sentences of words drawn from a fixed vocabulary, plus a word that only
@@ -154,32 +54,10 @@ fn batch(tag: &str, count: usize) -> Vec<proto::Document> {
         .collect()
 }
 
-fn sigterm(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -TERM failed: {status}");
-}
-
-fn wait_for_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait for lathe") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("lathe did not exit within {limit:?} of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_drains_in_flight_requests_refuses_new_ones_and_commits() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = start(dir.path(), DRAIN_TIMEOUT_MS);
+    let mut server = start(dir.path(), &drain(DRAIN_TIMEOUT_MS));
     let mut setup = connect(&server.address).await;
     for name in ["a", "b", "small"] {
         create_collection(&mut setup, name).await;
@@ -317,7 +195,7 @@ async fn sigterm_drains_in_flight_requests_refuses_new_ones_and_commits() {
     );
 
     // Everything acknowledged is committed: a restart finds it.
-    let mut server = start(dir.path(), DRAIN_TIMEOUT_MS);
+    let mut server = start(dir.path(), &drain(DRAIN_TIMEOUT_MS));
     let mut client = connect(&server.address).await;
     for name in ["a", "b"] {
         let stats = collection_stats(&mut client, name).await;
@@ -349,7 +227,7 @@ async fn sigterm_drains_in_flight_requests_refuses_new_ones_and_commits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_the_drain_time_runs_out_the_server_still_exits_0_and_reopens_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = start(dir.path(), 1);
+    let mut server = start(dir.path(), &drain(1));
     let mut client = connect(&server.address).await;
     create_collection(&mut client, "a").await;
     upsert(&mut client, "a", batch("first", 5)).await;
@@ -385,7 +263,7 @@ async fn when_the_drain_time_runs_out_the_server_still_exits_0_and_reopens_clean
         cut_off.is_err(),
         "an upsert cut off by the drain must not be acknowledged"
     );
-    let mut server = start(dir.path(), DRAIN_TIMEOUT_MS);
+    let mut server = start(dir.path(), &drain(DRAIN_TIMEOUT_MS));
     let mut client = connect(&server.address).await;
     let stats = collection_stats(&mut client, "a").await;
     assert!(
