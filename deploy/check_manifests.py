@@ -10,7 +10,9 @@ Catches config rot that a schema cannot see:
     as a key and refuses to start on an unknown one), and enableServiceLinks is off (Kubernetes
     would inject LATHE_SERVICE_HOST and friends for the Service named lathe);
   * the StatefulSet agrees with the effective config: the gRPC port of server.listen is the
-    container port `grpc` and the probes' port, storage.data_dir is the data volume's mount,
+    container port `grpc`; the probes' port is that port, or with TLS on (the kubelet's gRPC
+    probe cannot speak TLS) the plaintext port of server.health_listen, which must then be set and
+    be the container port `health`; storage.data_dir is the data volume's mount,
     terminationGracePeriodSeconds covers the preStop sleep plus server.drain_timeout_ms, the
     liveness probe asks for "" and readiness for lathe.v1.Lathe;
   * the mounted ConfigMap exists in the render, and every Service selects the pods and targets
@@ -29,7 +31,7 @@ from typing import Any
 import yaml
 
 # Keys the manifests prepare for but cannot set until the server has them.
-PLANNED_KEYS = ["server.metrics_listen", "tls.cert_file", "tls.key_file", "auth.api_keys_file"]
+PLANNED_KEYS = ["auth.api_keys_file"]
 HEALTH_SERVICE = "lathe.v1.Lathe"
 DATA_MOUNT = "/var/lib/lathe"
 CONFIG_MOUNT = "/etc/lathe/lathe.toml"
@@ -139,13 +141,23 @@ def check_statefulset(where: str, statefulset: dict, configmaps: dict[str, dict]
         fail(where, f"container port grpc is {ports.get('grpc')}, server.listen says {grpc_port}")
     if not str(merged["server"]["listen"]).startswith("0.0.0.0:"):
         fail(where, f"server.listen {merged['server']['listen']} is not reachable from outside the pod")
-    for probe_name, service in (("livenessProbe", ""), ("readinessProbe", HEALTH_SERVICE)):
+    tls_on = bool(merged["tls"]["cert_file"]) or bool(merged["tls"]["key_file"])
+    health_listen = str(merged["server"].get("health_listen", ""))
+    health_port = listen_port(health_listen) if health_listen else None
+    if health_listen and ports.get("health") != health_port:
+        fail(where, f"container port health is {ports.get('health')}, server.health_listen says {health_port}")
+    if tls_on and health_port is None:
+        fail(where, "TLS is on but server.health_listen is empty: the kubelet's gRPC probes cannot speak TLS")
+    probe_port = health_port if tls_on else grpc_port
+    for probe_name, service in (("startupProbe", HEALTH_SERVICE), ("livenessProbe", ""),
+                                ("readinessProbe", HEALTH_SERVICE)):
         probe = (container.get(probe_name) or {}).get("grpc")
         if probe is None:
             fail(where, f"{probe_name} must be a gRPC probe")
             continue
-        if probe.get("port") != grpc_port:
-            fail(where, f"{probe_name} probes port {probe.get('port')}, the server listens on {grpc_port}")
+        if probe.get("port") != probe_port:
+            what = "the plaintext health port (TLS is on)" if tls_on else "the server listens on"
+            fail(where, f"{probe_name} probes port {probe.get('port')}, {what} {probe_port}")
         if probe.get("service", "") != service:
             fail(where, f"{probe_name} asks for service {probe.get('service')!r}, want {service!r}")
 

@@ -59,6 +59,9 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// HTTP address of the Prometheus `/metrics` endpoint; empty = off.
     pub metrics_listen: String,
+    /// Plaintext address serving only `grpc.health.v1.Health` (for probes that cannot speak
+    /// TLS, like the kubelet's); empty = off.
+    pub health_listen: String,
     /// Threads of the bounded CPU pool for search, chunking and inference (0 = one per core).
     pub cpu_threads: usize,
     /// Requests served at once; more are shed with RESOURCE_EXHAUSTED.
@@ -169,6 +172,9 @@ pub struct LogConfig {
     pub format: LogFormat,
     /// An `EnvFilter` directive, e.g. `info` or `lathe=debug,tantivy=warn`.
     pub filter: String,
+    /// OTLP/gRPC endpoint that tracing spans are exported to (e.g. `http://otel-collector:4317`);
+    /// empty = off. Needs a build with the `otel` feature.
+    pub otlp_endpoint: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,6 +189,7 @@ impl Default for ServerConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
             metrics_listen: String::new(),
+            health_listen: String::new(),
             cpu_threads: 0,
             max_concurrent_requests: 256,
             request_timeout_ms: 30_000,
@@ -257,6 +264,7 @@ impl Default for LogConfig {
         Self {
             format: LogFormat::Text,
             filter: "info,ort=warn,hnsw_rs=warn".to_string(),
+            otlp_endpoint: String::new(),
         }
     }
 }
@@ -416,6 +424,17 @@ impl Config {
                 "server.metrics_listen must be an address like 0.0.0.0:9090, or empty",
             )?;
         }
+        check(
+            self.log.otlp_endpoint.is_empty() || cfg!(feature = "otel"),
+            "log.otlp_endpoint is set, but this lathe was built without the otel feature \
+             (cargo build --release --features otel)",
+        )?;
+        if !self.server.health_listen.is_empty() {
+            check(
+                self.server.health_listen.parse::<SocketAddr>().is_ok(),
+                "server.health_listen must be an address like 0.0.0.0:50052, or empty",
+            )?;
+        }
         Ok(())
     }
 
@@ -435,6 +454,20 @@ mod tests {
     fn the_documented_default_file_is_exactly_the_built_in_default() {
         let parsed = Config::from_toml(DEFAULT_CONFIG_TOML).expect("deploy/lathe.toml must load");
         assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn an_otlp_endpoint_needs_the_otel_feature() {
+        let result = Config::from_toml("[log]\notlp_endpoint = \"http://127.0.0.1:4317\"\n");
+        if cfg!(feature = "otel") {
+            assert!(result.is_ok(), "{result:?}");
+        } else {
+            let error = result.unwrap_err().to_string();
+            assert!(
+                error.contains("log.otlp_endpoint") && error.contains("without the otel feature"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

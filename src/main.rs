@@ -64,6 +64,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Outlives `block_on`: dropped below while the runtime still runs, it flushes exported spans.
+    let mut tracing_guard = None;
+    let tracing_slot = &mut tracing_guard;
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Serve {
@@ -80,7 +83,7 @@ fn main() -> ExitCode {
                     log_format,
                 };
                 let config = Config::load(config.as_deref(), &overrides)?;
-                cli::init_tracing(&config.log);
+                *tracing_slot = Some(cli::init_tracing(&config.log)?);
                 cli::serve(config).await
             }
             Command::Ingest(args) => cli::ingest(args).await,
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
             Command::Eval(args) => cli::eval(args).await,
         }
     });
+    drop(tracing_guard);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

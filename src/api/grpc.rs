@@ -63,6 +63,16 @@ async fn within<T>(
     call: impl std::future::Future<Output = Result<T, Status>>,
 ) -> Result<T, Status> {
     use tracing::Instrument;
+    // Exported spans are named for the RPC; the log lines keep the short span name.
+    #[cfg(feature = "otel")]
+    let span = tracing::info_span!(
+        "rpc",
+        rpc,
+        deadline_ms = limit.as_millis() as u64,
+        otel.name = format!("lathe.v1.Lathe/{rpc}"),
+        otel.kind = "server",
+    );
+    #[cfg(not(feature = "otel"))]
     let span = tracing::info_span!("rpc", rpc, deadline_ms = limit.as_millis() as u64);
     match tokio::time::timeout(limit, call.instrument(span)).await {
         Ok(result) => result,

@@ -35,6 +35,23 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    // The health service is up before the engine: "" (the process) answers SERVING at once, and
+    // lathe.v1.Lathe NOT_SERVING until indexes and models are loaded.
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_not_serving::<LatheServer<GrpcAdapter<Engine>>>()
+        .await;
+    // Stops the side servers (health, metrics); dropping it on an early return stops them too.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if !config.server.health_listen.is_empty() {
+        spawn_health_server(
+            &config.server.health_listen,
+            health_service.clone(),
+            stop_rx.clone(),
+        )
+        .await?;
+    }
+
     let metrics = Arc::new(Metrics::new());
     let engine = Arc::new(
         tokio::task::spawn_blocking({
@@ -49,7 +66,6 @@ pub async fn serve(
         "" => None,
         path => Some(Arc::new(auth::ApiKeys::load(std::path::Path::new(path))?)),
     };
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -69,7 +85,6 @@ pub async fn serve(
         .max_decoding_message_size(limits.max_message_bytes)
         .max_encoding_message_size(limits.max_message_bytes);
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     if !config.server.metrics_listen.is_empty() {
         spawn_metrics_server(
             &config.server.metrics_listen,
@@ -100,9 +115,14 @@ pub async fn serve(
 
     let drain = Duration::from_millis(config.server.drain_timeout_ms);
     let (drain_started_tx, drain_started_rx) = tokio::sync::oneshot::channel::<()>();
+    let draining_reporter = health_reporter.clone();
     let signal = async move {
         shutdown.await;
         tracing::info!("shutdown requested, draining in-flight requests");
+        // Probes on the health port (still open while the main port drains) see the drain.
+        draining_reporter
+            .set_not_serving::<LatheServer<GrpcAdapter<Engine>>>()
+            .await;
         let _ = drain_started_tx.send(());
     };
     let server = builder
@@ -158,6 +178,40 @@ fn tls_config(tls: &crate::config::TlsConfig) -> Result<ServerTlsConfig> {
         )?));
     }
     Ok(config)
+}
+
+/// Serves only `grpc.health.v1.Health`, in plaintext, on its own port: the kubelet's gRPC probe
+/// cannot speak TLS. It shares the main server's reporter, so it reports the same statuses.
+async fn spawn_health_server(
+    address: &str,
+    health_service: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    let listener = TcpListener::bind(address)
+        .await
+        .map_err(|e| LatheError::io(format!("binding server.health_listen {address}"), e))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| LatheError::io("reading the health listen address", e))?;
+    tracing::info!(health_address = %bound, "health serving (plaintext)");
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        };
+        if let Err(error) = Server::builder()
+            .add_service(health_service)
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                stopped,
+            )
+            .await
+        {
+            tracing::error!(%error, "health server failed");
+        }
+    });
+    Ok(())
 }
 
 /// Serves `GET /metrics` in the Prometheus text format on its own port.

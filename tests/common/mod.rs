@@ -1,6 +1,8 @@
 //! A real Lathe server on a port-0 loopback listener, and a tonic client for it.
 #![allow(dead_code)]
 
+pub mod binary;
+
 use std::path::{Path, PathBuf};
 
 use lathe::api::proto;

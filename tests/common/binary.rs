@@ -1,0 +1,139 @@
+//! Helpers for tests that drive the real `lathe serve` binary: start it on a port-0 listener
+//! with extra `LATHE_*` variables, read its log, signal it, wait for it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use lathe::api::proto::lathe_client::LatheClient;
+use tonic::transport::{Channel, Endpoint};
+
+use super::models_dir;
+
+pub struct Server {
+    pub child: Child,
+    pub address: String,
+    pub metrics_address: String,
+    /// Every log line the server writes, as it writes it.
+    pub log: mpsc::Receiver<String>,
+}
+
+pub fn free_local_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    listener.local_addr().unwrap().to_string()
+}
+
+/// Starts `lathe serve` on data_dir with the metrics endpoint on a free port, `variables` on top,
+/// and waits until it serves.
+pub fn start(data_dir: &std::path::Path, variables: &[(&str, String)]) -> Server {
+    let metrics_address = free_local_address();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lathe"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--models-dir",
+        ])
+        .arg(models_dir())
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("LATHE_LOG__FILTER", "info")
+        .env("LATHE_STORAGE__WRITER_MEMORY_BYTES", "16000000")
+        .env("LATHE_SERVER__CPU_THREADS", "2")
+        .env("LATHE_SERVER__METRICS_LISTEN", &metrics_address)
+        .env("LATHE_SERVER__REQUEST_TIMEOUT_MS", "600000")
+        .envs(
+            variables
+                .iter()
+                .map(|(name, value)| (*name, value.as_str())),
+        )
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn lathe serve");
+    let stderr = child.stderr.take().unwrap();
+    let (line_tx, log) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = line_tx.send(line);
+        }
+    });
+    // The server logs its bound address once indexes and models are loaded.
+    let serving = wait_for_line(&log, "lathe serving", Duration::from_secs(120));
+    let address = serving
+        .split("\"address\":\"")
+        .nth(1)
+        .map(|rest| rest.chars().take_while(|c| *c != '"').collect::<String>())
+        .expect("address in the serving line");
+    Server {
+        child,
+        address,
+        metrics_address,
+        log,
+    }
+}
+
+pub fn wait_for_line(log: &mpsc::Receiver<String>, needle: &str, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match log.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => return line,
+            Ok(_) => {}
+            Err(error) => panic!("no log line with `{needle}`: {error}"),
+        }
+    }
+}
+
+pub async fn connect(address: &str) -> LatheClient<Channel> {
+    let channel = Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect");
+    LatheClient::new(channel)
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20)
+}
+
+/// `lathe_requests_in_flight` from the Prometheus endpoint (a plain HTTP/1.0 GET).
+pub fn requests_in_flight(metrics_address: &str) -> i64 {
+    let mut stream = std::net::TcpStream::connect(metrics_address).expect("metrics connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: lathe\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).expect("metrics response");
+    body.lines()
+        .find_map(|line| line.strip_prefix("lathe_requests_in_flight "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no lathe_requests_in_flight in\n{body}"))
+}
+
+pub fn sigterm(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -TERM failed: {status}");
+}
+
+pub fn wait_for_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for lathe") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("lathe did not exit within {limit:?} of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
