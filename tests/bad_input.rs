@@ -988,20 +988,32 @@ async fn ten_thousand_concurrent_calls_end_ok_or_resource_exhausted() {
         };
 
         // Hold every permit with uploads whose streams stay open: all 10,000 calls are shed.
-        let mut holders = Vec::new();
-        let mut senders = Vec::new();
-        for client in clients.iter().take(LIMIT) {
+        let hold = |client: &LatheClient<Channel>| {
             let (sender, receiver) = tokio::sync::mpsc::channel::<proto::UpsertDocumentsRequest>(1);
             let mut holder = client.clone();
-            holders.push(tokio::spawn(async move {
+            let task = tokio::spawn(async move {
                 holder
                     .upload_documents(tokio_stream::wrappers::ReceiverStream::new(receiver))
                     .await
                     .map(|_| ())
-            }));
-            senders.push(sender);
-        }
+            });
+            (task, sender)
+        };
+        let mut holders: Vec<_> = clients.iter().take(LIMIT).map(hold).collect();
         loop {
+            // A holder that lost its slot to the probe below was shed: it holds nothing, so
+            // another takes its place.
+            for (slot, client) in holders.iter_mut().zip(&clients) {
+                if slot.0.is_finished() {
+                    let (finished, _) = std::mem::replace(slot, hold(client));
+                    let status = finished
+                        .await
+                        .unwrap()
+                        .expect_err("an open upload cannot end");
+                    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                }
+            }
+            // Shed only once the holders have every slot.
             match client.retrieve(retrieve_request("c", "coping", 100)).await {
                 Err(status) if status.code() == Code::ResourceExhausted => break,
                 _ => tokio::time::sleep(Duration::from_millis(10)).await,
@@ -1015,9 +1027,9 @@ async fn ten_thousand_concurrent_calls_end_ok_or_resource_exhausted() {
         );
 
         // Release them: the storm now ends in OK and RESOURCE_EXHAUSTED only.
-        drop(senders);
-        for holder in holders {
-            holder.await.unwrap().expect("a held upload ends OK");
+        for (task, sender) in holders {
+            drop(sender);
+            task.await.unwrap().expect("a held upload ends OK");
         }
         let counts = storm(&clients).await;
         let ok = counts.get(&(Code::Ok as i32)).copied().unwrap_or(0);
@@ -1393,7 +1405,9 @@ async fn lathe_ingest_refuses_a_lone_surrogate_naming_the_line_and_ingests_nothi
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{stderr}");
         assert!(
-            stderr.contains("bad.jsonl") && stderr.contains("line 3") && stderr.contains("surrogate"),
+            stderr.contains("bad.jsonl")
+                && stderr.contains("line 3")
+                && stderr.contains(r"lone UTF-16 surrogate escape `\ud800` at column 23"),
             "{stderr}"
         );
         // Nothing was ingested: the collection was not even created.
