@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use super::proto;
 use crate::chunk::{Strategy, Unit};
 use crate::error::{LatheError, Result};
+use crate::index::schema::METADATA_SEPARATOR;
 use crate::types::{
     ChunkingSpec, CollectionInfo, CollectionSettings, CollectionStats, DenseStats, DocumentFormat,
     DocumentInput, Filter, ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk,
@@ -252,6 +253,12 @@ pub fn document_from_proto(document: proto::Document, index: usize) -> Result<Do
             "keys must not be empty",
         ));
     }
+    if let Some(key) = metadata.keys().find(|k| k.contains(METADATA_SEPARATOR)) {
+        return Err(LatheError::invalid(
+            format!("documents[{index}].metadata"),
+            separator_in_key(key),
+        ));
+    }
     let sections = if sections.is_empty() {
         None
     } else {
@@ -276,6 +283,15 @@ pub fn document_from_proto(document: proto::Document, index: usize) -> Result<Do
         metadata: metadata.into_iter().collect::<BTreeMap<_, _>>(),
         sections,
     })
+}
+
+/// A metadata pair is indexed as one term `key U+001F value`: a key holding U+001F would let
+/// `a\u{1f}b = c` and `a = b\u{1f}c` be the same term, so one document could match (or forge)
+/// another's filter.
+fn separator_in_key(key: &str) -> String {
+    format!(
+        "key {key:?} contains U+001F (the metadata term separator); keys must not contain U+001F"
+    )
 }
 
 pub fn documents_from_proto(documents: Vec<proto::Document>) -> Result<Vec<DocumentInput>> {
@@ -338,6 +354,12 @@ pub fn retrieve_query_from_proto(
                     return Err(LatheError::invalid(
                         format!("filter.metadata[{i}].key"),
                         "must not be empty",
+                    ));
+                }
+                if key.contains(METADATA_SEPARATOR) {
+                    return Err(LatheError::invalid(
+                        format!("filter.metadata[{i}].key"),
+                        separator_in_key(&key),
                     ));
                 }
                 terms.push((key, value));

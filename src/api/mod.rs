@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod convert;
+pub mod deadline;
 pub mod grpc;
 pub mod status;
 
@@ -97,7 +98,8 @@ pub async fn serve(
 
     // No server-wide timeout: tonic's would cut long client-streaming uploads and answer
     // CANCELLED. Unary calls get `server.request_timeout_ms` (or the client's shorter
-    // grpc-timeout) in the adapter, answered with DEADLINE_EXCEEDED.
+    // grpc-timeout) in the adapter, answered with DEADLINE_EXCEEDED; a client's grpc-timeout on
+    // any call is answered with DEADLINE_EXCEEDED by `deadline::ClientDeadlineLayer`.
     let mut builder = Server::builder();
     if config.tls.enabled() {
         builder = builder
@@ -129,6 +131,7 @@ pub async fn serve(
         .layer(tower::util::MapResponseLayer::new(
             status::rewrite_oversized_response,
         ))
+        .layer(deadline::ClientDeadlineLayer)
         .add_service(health_service)
         .add_service(reflection)
         .add_service(lathe)

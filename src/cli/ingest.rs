@@ -78,14 +78,14 @@ pub fn documents_from_jsonl(
             continue;
         }
         let line_number = number + 1;
-        let document: JsonDocument = serde_json::from_str(line).map_err(|error| {
-            // serde_json reports a lone surrogate escape as a bad hex escape; say what it is.
-            let hint = if error.to_string().contains("escape") && line.contains("\\u") {
-                " (a \\uD800..\\uDFFF escape must be half of a surrogate pair: strings must be valid Unicode)"
-            } else {
-                ""
-            };
-            anyhow::anyhow!("line {line_number}: not a document: {error}{hint}")
+        let document: JsonDocument = serde_json::from_str(line).with_context(|| {
+            match lone_surrogate_escape(line) {
+                // serde_json's own words for it ("unexpected end of hex escape") name no surrogate.
+                Some((column, escape)) => format!(
+                    "line {line_number}: not a document: lone UTF-16 surrogate escape `{escape}` at column {column} (a JSON string must hold Unicode scalar values: a high surrogate \\ud800-\\udbff must be followed by a low one \\udc00-\\udfff)"
+                ),
+                None => format!("line {line_number}: not a document"),
+            }
         })?;
         let format = match &document.format {
             Some(name) => format_from_name(name).with_context(|| format!("line {line_number}"))?,
@@ -109,6 +109,41 @@ pub fn documents_from_jsonl(
         });
     }
     Ok(documents)
+}
+
+/// The first `\uXXXX` escape in `line` that is a UTF-16 surrogate without its partner, with its
+/// 1-based byte column.
+fn lone_surrogate_escape(line: &str) -> Option<(usize, String)> {
+    let bytes = line.as_bytes();
+    let code_unit_at = |at: usize| -> Option<u16> {
+        let digits = bytes.get(at + 2..at + 6)?;
+        if bytes.get(at + 1) != Some(&b'u') {
+            return None;
+        }
+        u16::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+    };
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] != b'\\' {
+            at += 1;
+            continue;
+        }
+        let Some(unit) = code_unit_at(at) else {
+            // Any other escape (`\\`, `\"`, `\n`, ...) is two bytes long.
+            at += 2;
+            continue;
+        };
+        let escape = || line[at..at + 6].to_string();
+        match unit {
+            0xD800..=0xDBFF => match code_unit_at(at + 6) {
+                Some(0xDC00..=0xDFFF) => at += 12,
+                _ => return Some((at + 1, escape())),
+            },
+            0xDC00..=0xDFFF => return Some((at + 1, escape())),
+            _ => at += 6,
+        }
+    }
+    None
 }
 
 fn documents_from_file(
@@ -256,6 +291,27 @@ mod tests {
         let message = format!("{error:#}");
         assert!(message.contains("line 2"), "{message}");
         assert!(message.contains("surrogate"), "{message}");
+    }
+
+    #[test]
+    fn lone_surrogates_are_found_and_pairs_and_escaped_backslashes_are_not() {
+        assert_eq!(
+            lone_surrogate_escape(r#"{"a":"x \ud800 y"}"#),
+            Some((9, r"\ud800".to_string()))
+        );
+        assert_eq!(
+            lone_surrogate_escape(r#"{"a":"\udc00"}"#),
+            Some((7, r"\udc00".to_string()))
+        );
+        assert_eq!(
+            lone_surrogate_escape(r#"{"a":"\ud83d\ude00 \u00e9"}"#),
+            None
+        );
+        assert_eq!(lone_surrogate_escape(r#"{"a":"\\ud800"}"#), None);
+        assert_eq!(
+            lone_surrogate_escape(r#"{"a":"\ud800\u0041"}"#),
+            Some((7, r"\ud800".to_string()))
+        );
     }
 
     #[test]
