@@ -135,6 +135,8 @@ pub struct LimitsConfig {
     pub max_batch_documents: usize,
     /// Most sections one document may produce.
     pub max_sections_per_document: usize,
+    /// Deepest element nesting of an HTML document (parsing costs time quadratic in the depth).
+    pub max_html_depth: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -231,6 +233,7 @@ impl Default for LimitsConfig {
             max_chunk_tokens: 8_192,
             max_batch_documents: 10_000,
             max_sections_per_document: 50_000,
+            max_html_depth: 4_096,
         }
     }
 }

@@ -616,6 +616,18 @@ impl LatheApi for Engine {
                     limit: limits.max_document_bytes as u64,
                 });
             }
+            if document.format == DocumentFormat::Html && document.sections.is_none() {
+                let depth = sections::html_nesting_depth(&document.text);
+                if depth > limits.max_html_depth {
+                    return Err(LatheError::invalid(
+                        format!("documents[{i}].text"),
+                        format!(
+                            "HTML nests {depth} elements deep; the allowed range is 0..={}",
+                            limits.max_html_depth
+                        ),
+                    ));
+                }
+            }
         }
         let section_tokens = collection.settings.section_tokens as usize;
         let max_sections = limits.max_sections_per_document;

@@ -300,10 +300,11 @@ async fn deep_nesting_and_malformed_html_are_accepted_and_queryable() {
             headings.push_str(&format!(" level{level}\n"));
         }
         headings.push_str("headingword under the deepest heading\n");
+        // 4,000 elements deep: under `limits.max_html_depth` (4,096).
         let divs = format!(
             "<html><body>{}divword inside{}</body></html>",
-            "<div><span>".repeat(depth),
-            "</span></div>".repeat(depth)
+            "<div><span>".repeat(1_999),
+            "</span></div>".repeat(1_999)
         );
         let malformed =
             "<html><body></div></div><p class=unquoted id=x>malformedword in an unclosed paragraph\
@@ -334,6 +335,39 @@ async fn deep_nesting_and_malformed_html_are_accepted_and_queryable() {
         }
         let text = retrieved_text(&mut client, "c", "link second", "malformed").await;
         assert!(text.contains("second link"), "{text:?}");
+
+        // Deeper HTML would cost the parser time quadratic in the depth: refused before parsing.
+        let too_deep = format!(
+            "<html><body>{}deepword inside{}</body></html>",
+            "<div><span>".repeat(depth),
+            "</span></div>".repeat(depth)
+        );
+        let status = client
+            .upsert_documents(proto::UpsertDocumentsRequest {
+                collection: "c".into(),
+                documents: vec![
+                    document("fine", "<p>fineword</p>", Format::Html),
+                    document("too-deep", &too_deep, Format::Html),
+                ],
+                wait: true,
+            })
+            .await
+            .expect_err("too deep");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(
+            status.message().contains("documents[1].text")
+                && status.message().contains("20002 elements deep")
+                && status.message().contains("0..=4096"),
+            "{status:?}"
+        );
+        let response = retrieve(&mut client, retrieve_request("c", "fineword deepword", 64)).await;
+        assert!(
+            response
+                .chunks
+                .iter()
+                .all(|c| c.doc_id != "fine" && c.doc_id != "too-deep"),
+            "nothing of the rejected batch is applied: {response:?}"
+        );
         server.stop().await;
     })
     .await

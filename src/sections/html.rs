@@ -77,6 +77,56 @@ const LINE_ELEMENTS: &[&str] = &[
     "html",
 ];
 
+/// Elements that never hold others (void) or that the parser closes by itself when a sibling
+/// opens (so an unclosed run of them does not nest): neither deepens the tree.
+const NON_NESTING_ELEMENTS: &[&str] = &[
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
+    "wbr", "p", "li", "dt", "dd", "tr", "td", "th", "option", "thead", "tbody", "tfoot",
+];
+
+/// How deep the markup nests, estimated in one linear pass over the tags (comments and attribute
+/// values are not parsed out, so odd markup can read deeper than it is, never much shallower).
+/// html5ever's tree building costs time quadratic in the depth (its scope checks walk the stack
+/// of open elements), so the server refuses documents nested deeper than a limit before parsing.
+pub fn nesting_depth(html: &str) -> usize {
+    let bytes = html.as_bytes();
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut at = 0;
+    while let Some(offset) = bytes[at..].iter().position(|&b| b == b'<') {
+        let tag = at + offset + 1;
+        at = tag;
+        match bytes.get(tag) {
+            Some(b'/') => depth = depth.saturating_sub(1),
+            Some(byte) if byte.is_ascii_alphabetic() => {
+                let name_end = bytes[tag..]
+                    .iter()
+                    .position(|b| !b.is_ascii_alphanumeric())
+                    .map_or(bytes.len(), |end| tag + end);
+                let name = &html[tag..name_end];
+                // The tag ends at the next `>`; stopping at a `<` too keeps the pass linear.
+                let self_closing = bytes[name_end..]
+                    .iter()
+                    .position(|&b| b == b'>' || b == b'<')
+                    .is_some_and(|end| {
+                        bytes[name_end + end] == b'>'
+                            && end > 0
+                            && bytes[name_end + end - 1] == b'/'
+                    });
+                let nests = !self_closing
+                    && !NON_NESTING_ELEMENTS
+                        .iter()
+                        .any(|element| element.eq_ignore_ascii_case(name));
+                if nests {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
+
 pub(super) fn extract_text(html: &str) -> ExtractedText {
     let document = Html::parse_document(html);
     let mut writer = TextWriter::default();
@@ -375,6 +425,18 @@ mod tests {
         let extracted = extract_text("<h1>A</h1><h2> <img src=x> </h2><p>t</p>");
         assert_eq!(titles(&extracted), [(1, "A")]);
         assert_eq!(extracted.text, "A\n\nt");
+    }
+
+    #[test]
+    fn nesting_depth_counts_open_elements_but_not_void_or_self_closing_ones() {
+        assert_eq!(nesting_depth("plain text"), 0);
+        assert_eq!(nesting_depth("<div><p>a<br>b<img src=x/></p></div>"), 1);
+        assert_eq!(nesting_depth("<ul><li>a<ul><li>b</ul></ul>"), 2);
+        assert_eq!(nesting_depth(&"<div>".repeat(300)), 300);
+        assert_eq!(nesting_depth(&"<div></div>".repeat(300)), 1);
+        assert_eq!(nesting_depth(&"<p>unclosed ".repeat(300)), 0);
+        assert_eq!(nesting_depth("<DIV><Span>x</Span></DIV>"), 2);
+        assert_eq!(nesting_depth("a < b and c<"), 0);
     }
 
     #[test]

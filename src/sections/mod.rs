@@ -19,6 +19,8 @@ mod plain;
 use std::borrow::Cow;
 use std::ops::Range;
 
+pub use html::nesting_depth as html_nesting_depth;
+
 /// How the input text is to be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
