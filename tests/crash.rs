@@ -7,8 +7,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use common::*;
@@ -34,42 +33,12 @@ struct Server {
 }
 
 async fn start(data_dir: &std::path::Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lathe"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--models-dir",
-        ])
-        .arg(models_dir())
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("LATHE_LOG__FILTER", "info")
-        .env("LATHE_STORAGE__WRITER_MEMORY_BYTES", "16000000")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn lathe serve");
-    // The server logs its bound address once indexes are open.
-    let stderr = child.stderr.take().unwrap();
-    let (address_tx, address_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("\"address\":\"").nth(1) {
-                let address: String = rest.chars().take_while(|c| *c != '"').collect();
-                let _ = address_tx.send(address);
-            }
-        }
-    });
-    let address = address_rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("server address in the log");
-    let client = LatheClient::connect(format!("http://{address}"))
-        .await
-        .expect("connect");
-    Server { child, client }
+    let server = binary::start(data_dir, &[]);
+    let client = binary::connect(&server.address).await;
+    Server {
+        child: server.child,
+        client,
+    }
 }
 
 fn document_text(doc: usize, sequence: u64) -> (String, Vec<proto::SectionBoundary>) {
