@@ -101,11 +101,14 @@ pub fn pack(
         let header = first_piece
             .1
             .filter(|&(header_start, _)| header_start < start);
-        // Tokens wholly inside the span: a lower bound on its own count, good enough to reject.
+        // Tokens wholly inside the span, as the section was tokenized. Its own tokenization can be
+        // shorter (a word cut at the span's edge may become fewer pieces), so only a candidate
+        // far over the budget is rejected without the exact count: at most half of the section's
+        // tokens, less a few, are assumed to disappear.
         let covered = analyses[candidate.section as usize]
             .tokens
             .count_within(start as usize..end as usize) as u64;
-        if used - freed + covered.saturating_sub(covered / 8) > budget {
+        if used - freed + (covered / 2).saturating_sub(4) > budget {
             continue;
         }
         let merged_tokens = match header {
