@@ -729,6 +729,8 @@ impl LatheApi for Engine {
             &collection.extra.default_chunking,
             query.token_budget,
         )?;
+        // Read before the snapshot: see `CollectionIndex::changes`.
+        let changes_at_start = collection.index.changes();
         let snapshot = collection.index.snapshot();
         let key = ResultKey {
             incarnation: collection.extra.incarnation,
@@ -768,11 +770,12 @@ impl LatheApi for Engine {
             embedder: self.embedder.clone(),
         };
         let pipeline_key = key.clone();
+        let pipeline_collection = Arc::clone(&collection);
         let mut result = self
             .pool
             .run(move || {
                 run_pipeline(
-                    &collection,
+                    &pipeline_collection,
                     &snapshot,
                     &pipeline_key.query,
                     &options,
@@ -801,7 +804,12 @@ impl LatheApi for Engine {
             .cache_lookups
             .with_label_values(&["section", "miss"])
             .inc_by(section_misses);
-        self.caches.results.insert(key, Arc::new(result.clone()));
+        // An answer computed while a commit was changing the dense index may differ from one
+        // computed at its generation later: it is returned, but not cached.
+        let one_state = changes_at_start % 2 == 0 && collection.index.changes() == changes_at_start;
+        if one_state {
+            self.caches.results.insert(key, Arc::new(result.clone()));
+        }
         Ok(result)
     }
 }

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
@@ -120,6 +121,8 @@ pub struct CollectionIndex {
     path: PathBuf,
     /// Section vectors (when the neural stage is on); kept in step with the snapshot by the writer.
     dense: Option<Arc<RwLock<DenseIndex>>>,
+    /// See [`CollectionIndex::changes`].
+    changes: Arc<AtomicU64>,
 }
 
 impl CollectionIndex {
@@ -160,6 +163,8 @@ impl CollectionIndex {
         let (commands, receiver) = mpsc::channel();
         let thread_snapshot = Arc::clone(&snapshot);
         let thread_dense = dense.clone();
+        let changes = Arc::new(AtomicU64::new(0));
+        let thread_changes = Arc::clone(&changes);
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -175,6 +180,7 @@ impl CollectionIndex {
                     commit_interval,
                     dense: thread_dense,
                     pending_dense: HashMap::new(),
+                    changes: thread_changes,
                 }
                 .run(receiver)
             })
@@ -187,7 +193,16 @@ impl CollectionIndex {
             writer_thread: std::sync::Mutex::new(Some(writer_thread)),
             path: path.to_path_buf(),
             dense,
+            changes,
         })
+    }
+
+    /// A counter the writer makes odd when a commit starts changing the dense index and even
+    /// again once the new snapshot is in place. A query that read the same even value before
+    /// taking its snapshot and after its last stage ran against one consistent state of both
+    /// indexes; only such an answer may be cached under its generation.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
     }
 
     pub fn path(&self) -> &Path {
@@ -590,6 +605,8 @@ struct WriterLoop {
     dense: Option<Arc<RwLock<DenseIndex>>>,
     /// Documents written since the last commit: their new section vectors, or `None` if deleted.
     pending_dense: HashMap<String, Option<Vec<KeyedVector>>>,
+    /// See [`CollectionIndex::changes`].
+    changes: Arc<AtomicU64>,
 }
 
 impl WriterLoop {
@@ -739,6 +756,8 @@ impl WriterLoop {
     fn commit(&mut self, waiters: &mut Vec<oneshot::Sender<Result<u64>>>) {
         // The sections these documents had before this commit, read from the last snapshot.
         let replaced_keys = self.replaced_section_keys();
+        // Odd from here until the new snapshot is in place (or the commit failed).
+        self.changes.fetch_add(1, Ordering::SeqCst);
         let result = self
             .writer
             .commit()
@@ -755,6 +774,7 @@ impl WriterLoop {
                 *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = snapshot;
                 Ok(opstamp)
             });
+        self.changes.fetch_add(1, Ordering::SeqCst);
         match &result {
             Ok(generation) => tracing::debug!(generation, waiters = waiters.len(), "committed"),
             Err(error) => {
