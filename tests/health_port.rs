@@ -18,26 +18,9 @@ use tonic_health::pb::HealthCheckRequest;
 const LATHE_SERVICE: &str = "lathe.v1.Lathe";
 
 fn free_local_address() -> std::net::SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    listener.local_addr().unwrap()
-}
-
-/// `lathe_requests_in_flight` from the Prometheus endpoint (a plain HTTP/1.0 GET).
-fn requests_in_flight(metrics_address: std::net::SocketAddr) -> i64 {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(metrics_address).expect("metrics connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: lathe\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    stream.read_to_string(&mut body).expect("metrics response");
-    body.lines()
-        .find_map(|line| line.strip_prefix("lathe_requests_in_flight "))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no lathe_requests_in_flight in\n{body}"))
+    binary::free_local_address()
+        .parse()
+        .expect("a socket address")
 }
 
 /// The status of `service` on the plaintext health port, or None when nothing answers there.
@@ -178,7 +161,7 @@ async fn the_health_port_answers_plaintext_while_the_main_port_requires_tls() {
             })
             .await
     });
-    while requests_in_flight(metrics_address) < 1 {
+    while binary::requests_in_flight(metrics_address) < 1 {
         assert!(
             !in_flight.is_finished(),
             "the upsert finished before it was seen in flight"

@@ -100,7 +100,7 @@ pub async fn connect(address: &str) -> LatheClient<Channel> {
 }
 
 /// `lathe_requests_in_flight` from the Prometheus endpoint (a plain HTTP/1.0 GET).
-pub fn requests_in_flight(metrics_address: &str) -> i64 {
+pub fn requests_in_flight(metrics_address: impl std::net::ToSocketAddrs) -> i64 {
     let mut stream = std::net::TcpStream::connect(metrics_address).expect("metrics connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
