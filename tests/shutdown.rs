@@ -135,30 +135,40 @@ async fn sigterm_drains_in_flight_requests_refuses_new_ones_and_commits() {
             );
         }
         Ok(channel) => {
+            // The kernel may have completed the handshake from the listen backlog just before the
+            // socket closed; the server then drops the connection (a reset) or refuses the call.
             let status = LatheClient::new(channel)
                 .list_collections(proto::ListCollectionsRequest {})
                 .await
                 .expect_err("a new connection after SIGTERM must not be served");
-            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            let dropped = status.code() == tonic::Code::Unknown
+                && status.message().contains("transport error");
+            assert!(
+                status.code() == tonic::Code::Unavailable || dropped,
+                "{status:?}"
+            );
         }
     }
-    // A new request on a connection that is draining is not served either.
+    // A new request on a connection that is draining is answered, never left hanging.
     let late = tokio::time::timeout(
         Duration::from_secs(30),
         reader.list_collections(proto::ListCollectionsRequest {}),
     )
     .await
     .expect("a late request on a draining connection is answered, not left hanging");
-    let late = late.expect_err("a new request after SIGTERM must not be served");
-    // Unavailable when the client saw GOAWAY first, Cancelled ("connection closed") when the
-    // connection closed under the request: refused by the transport either way.
-    assert!(
-        matches!(
-            late.code(),
-            tonic::Code::Unavailable | tonic::Code::Cancelled
-        ),
-        "{late:?}"
-    );
+    // HTTP/2 graceful shutdown first sends GOAWAY with the largest stream id, then the real last
+    // one a round trip later: a request that races the first GOAWAY is still taken and served
+    // like any in-flight one. Otherwise it is refused: Unavailable when the client saw GOAWAY
+    // first, Cancelled ("connection closed") when the connection closed under it.
+    if let Err(late) = late {
+        assert!(
+            matches!(
+                late.code(),
+                tonic::Code::Unavailable | tonic::Code::Cancelled
+            ),
+            "{late:?}"
+        );
+    }
 
     // Every request in flight at the signal completes OK.
     for (name, task) in ["a", "b"].into_iter().zip(upserts) {
