@@ -192,10 +192,6 @@ impl Engine {
         })
     }
 
-    fn validate_query(&self, query: &RetrieveQuery) -> Result<()> {
-        validate_query(&self.config.limits, query)
-    }
-
     /// Validates and sections one document (CPU work: runs on the pool).
     fn prepare_document(
         document: DocumentInput,
@@ -722,7 +718,7 @@ impl LatheApi for Engine {
 
     async fn retrieve(&self, query: RetrieveQuery) -> Result<RetrieveResult> {
         let started = Instant::now();
-        self.validate_query(&query)?;
+        validate_query(&self.config.limits, &query)?;
         let collection = self.catalog.get(&query.collection)?;
         let options = self.resolve_chunking(
             &query.chunking,

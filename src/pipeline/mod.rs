@@ -36,3 +36,19 @@ pub struct Candidate {
     pub score: f32,
     pub parts: ScoreParts,
 }
+
+impl Candidate {
+    /// The chunk `span` of section `section`, not scored yet.
+    pub fn unscored(section: u32, span: &crate::chunk::ChunkSpan) -> Self {
+        Self {
+            section,
+            start: span.start,
+            end: span.end,
+            token_count: span.token_count,
+            header: span.header,
+            strategy: span.strategy,
+            score: 0.0,
+            parts: ScoreParts::default(),
+        }
+    }
+}

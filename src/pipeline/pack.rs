@@ -199,7 +199,6 @@ mod properties {
     use crate::chunk::{chunk_section, ChunkOptions, ChunkSpan, Unit};
     use crate::index::SectionHit;
     use crate::tokenizer::BudgetTokenizer;
-    use crate::types::ScoreParts;
 
     fn tokenizer() -> &'static BudgetTokenizer {
         static TOKENIZER: OnceLock<BudgetTokenizer> = OnceLock::new();
@@ -276,16 +275,7 @@ mod properties {
                 for (i, span) in spans.iter().enumerate() {
                     // Deterministic pseudo-random scores.
                     let score = ((seed ^ (section as u64 * 7919 + i as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as f32;
-                    candidates.push(Candidate {
-                        section: section as u32,
-                        start: span.start,
-                        end: span.end,
-                        token_count: span.token_count,
-                        header: span.header,
-                        strategy: span.strategy,
-                        score,
-                        parts: ScoreParts::default(),
-                    });
+                    candidates.push(Candidate { score, ..Candidate::unscored(section as u32, span) });
                 }
             }
             candidates.sort_by(|a, b| b.score.total_cmp(&a.score));

@@ -8,7 +8,6 @@ use crate::cache::SectionAnalysis;
 use crate::chunk::{self, ChunkOptions, ChunkSpan, SemanticInput, SemanticThreshold, Strategy};
 use crate::embed::QuantizedVectors;
 use crate::index::SectionHit;
-use crate::types::ScoreParts;
 
 #[tracing::instrument(level = "debug", skip_all, fields(sections = hits.len(), strategy = ?options.strategy, max_size = options.max_size))]
 pub fn rechunk(
@@ -41,16 +40,11 @@ pub fn rechunk(
             semantic.as_ref(),
             &mut spans,
         );
-        candidates.extend(spans.iter().map(|span| Candidate {
-            section: section as u32,
-            start: span.start,
-            end: span.end,
-            token_count: span.token_count,
-            header: span.header,
-            strategy: span.strategy,
-            score: 0.0,
-            parts: ScoreParts::default(),
-        }));
+        candidates.extend(
+            spans
+                .iter()
+                .map(|span| Candidate::unscored(section as u32, span)),
+        );
     }
     candidates
 }
