@@ -2,6 +2,7 @@
 //! `api::status`; messages are written for the caller and name the field and the allowed range.
 
 use std::fmt;
+use std::path::PathBuf;
 
 pub type Result<T, E = LatheError> = std::result::Result<T, E>;
 
@@ -32,6 +33,40 @@ pub enum LatheError {
     /// The server is shutting down or a background task is gone.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// A collection's own files are missing, truncated or garbled (found at open or later). Its
+    /// folder is kept as it was found.
+    #[error("collection `{name}` is damaged: {path}: {cause}; its files are kept as found: restore them from a backup and restart, or delete the collection")]
+    CollectionDamaged {
+        name: String,
+        path: PathBuf,
+        cause: String,
+    },
+    /// A collection cannot be opened for a cause outside its own folder (its tokenizer file is
+    /// missing or unreadable); its data is intact.
+    #[error("collection `{name}` is offline: {path}: {cause}; its data is intact: restore the file and restart the server")]
+    CollectionOffline {
+        name: String,
+        path: PathBuf,
+        cause: String,
+    },
+    /// The filesystem refused a change to a collection (create, delete); nothing was changed.
+    #[error("collection `{name}`: {action} failed: {path}: {source}; nothing was changed")]
+    StorageRefused {
+        name: String,
+        /// What was being done, e.g. "renaming the folder to .deleting-docs".
+        action: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another process holds the data dir: one server per data dir.
+    #[error("data dir {data_dir} is in use by another lathe process ({holder}): it holds the lock on {lock_file}; stop that process or choose another storage.data_dir")]
+    DataDirLocked {
+        data_dir: PathBuf,
+        lock_file: PathBuf,
+        /// "pid 1234, started …", as the holder wrote it into the lock file.
+        holder: String,
+    },
     #[error("index error: {0}")]
     Index(#[from] tantivy::TantivyError),
     #[error("storage error: {context}: {source}")]

@@ -2,9 +2,9 @@
 //! calls (tests can drive it without a network); `Engine` implements it by validating requests
 //! against the configured limits and running the pipeline stages in order on the CPU pool.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cache::{Caches, ResultKey};
@@ -18,15 +18,16 @@ use crate::embed::{
 };
 use crate::error::{LatheError, Result};
 use crate::index::{
-    Catalog, DocumentRecord, OpenCollection, SectionRecord, StoredSettings, WriteOp,
+    Catalog, CollectionEntry, DataDirLock, DocumentRecord, Fault, FaultKind, OpenCollection,
+    SectionRecord, StoredSettings, WriteOp,
 };
 use crate::pipeline::{analyze, coarse, pack, rechunk, score};
 use crate::sections::{self, Format};
 use crate::telemetry::Metrics;
 use crate::tokenizer::BudgetTokenizer;
 use crate::types::{
-    ChunkingSpec, CollectionInfo, CollectionSettings, DocumentFormat, DocumentInput, ResultOrder,
-    RetrieveQuery, RetrieveResult, RetrievedChunk, WriteOutcome,
+    ChunkingSpec, CollectionInfo, CollectionSettings, CollectionState, DocumentFormat,
+    DocumentInput, ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk, WriteOutcome,
 };
 
 #[tonic::async_trait]
@@ -76,19 +77,28 @@ pub struct Engine {
     catalog: Arc<Catalog<CollectionRuntime>>,
     caches: Caches,
     pool: CpuPool,
+    /// Collections whose per-collection series were published at the last scrape: a deleted
+    /// collection's series are removed rather than left at their last value.
+    published_collections: Mutex<BTreeSet<String>>,
 }
 
 impl Engine {
     pub fn open(config: Config, metrics: Arc<Metrics>) -> Result<Self> {
+        // First, before models load or any collection opens: one server per data dir.
+        let lock = DataDirLock::acquire(&config.storage.data_dir)?;
         let models_dir = config.models.dir.clone();
         let embedder = open_embedder(&config)?;
         let dense_dim = embedder.as_ref().map(|e| e.dim());
         let catalog = Catalog::open(
+            lock,
             &config.storage.data_dir,
             config.storage.writer_memory_bytes,
             Duration::from_millis(config.storage.commit_interval_ms),
             dense_dim,
-            |_, stored| runtime_for(stored, &models_dir),
+            |_, stored| {
+                runtime_for(stored, &models_dir)
+                    .map_err(|error| tokenizer_fault(stored, &models_dir, &error))
+            },
         )?;
         let catalog = Arc::new(catalog);
         let caches = Caches::new(config.cache.result_bytes, config.cache.section_bytes);
@@ -100,6 +110,7 @@ impl Engine {
             catalog,
             caches,
             pool,
+            published_collections: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -111,22 +122,53 @@ impl Engine {
         &self.caches
     }
 
-    /// Publishes each collection's size to the metrics (called at scrape time).
+    /// Publishes each collection's state and size to the metrics (called at scrape time).
     pub fn record_collection_metrics(&self) {
-        for collection in self.catalog.list() {
-            let Ok(stats) = collection.index.stats() else {
+        let metrics = &self.metrics;
+        let infos: Vec<CollectionInfo> = self.catalog.entries().iter().map(Self::info).collect();
+        let mut published = self
+            .published_collections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let current: BTreeSet<String> = infos.iter().map(|info| info.name.clone()).collect();
+        for gone in published.difference(&current) {
+            let name = [gone.as_str()];
+            let _ = metrics.collection_documents.remove_label_values(&name);
+            let _ = metrics.collection_sections.remove_label_values(&name);
+            let _ = metrics.collection_bytes.remove_label_values(&name);
+            let _ = metrics.collection_damaged.remove_label_values(&name);
+        }
+        *published = current;
+        for state in [
+            CollectionState::Ready,
+            CollectionState::Damaged,
+            CollectionState::Offline,
+        ] {
+            let count = infos.iter().filter(|info| info.state == state).count();
+            metrics
+                .collections
+                .with_label_values(&[state.label()])
+                .set(count as i64);
+        }
+        for info in &infos {
+            let name = [info.name.as_str()];
+            metrics
+                .collection_damaged
+                .with_label_values(&name)
+                .set(i64::from(info.state != CollectionState::Ready));
+            // A collection that is not open keeps its last sizes, if it had any.
+            let Some(stats) = info.stats else {
                 continue;
             };
-            let name = [collection.name.as_str()];
-            self.metrics
+            metrics
                 .collection_documents
                 .with_label_values(&name)
                 .set(stats.documents as i64);
-            self.metrics
+            metrics
                 .collection_sections
                 .with_label_values(&name)
                 .set(stats.sections as i64);
-            self.metrics
+            metrics
                 .collection_bytes
                 .with_label_values(&name)
                 .set(stats.bytes as i64);
@@ -138,12 +180,43 @@ impl Engine {
         self.catalog.shutdown();
     }
 
-    fn info(collection: &Collection) -> Result<CollectionInfo> {
-        Ok(CollectionInfo {
-            name: collection.name.clone(),
-            settings: settings_from_stored(&collection.settings, &collection.extra),
-            stats: collection.index.stats()?,
-        })
+    /// What List/GetCollection report of one collection; never fails, so that one collection
+    /// cannot hide the others.
+    fn info(entry: &CollectionEntry<CollectionRuntime>) -> CollectionInfo {
+        match entry {
+            CollectionEntry::Ready(collection) => match collection.index.stats() {
+                Ok(stats) => CollectionInfo {
+                    name: collection.name.clone(),
+                    state: CollectionState::Ready,
+                    reason: String::new(),
+                    settings: Some(settings_from_stored(&collection.settings)),
+                    stats: Some(stats),
+                },
+                Err(error) => CollectionInfo {
+                    name: collection.name.clone(),
+                    state: CollectionState::Damaged,
+                    reason: format!(
+                        "{}: reading its statistics failed: {error}",
+                        collection.index.path().display()
+                    ),
+                    settings: Some(settings_from_stored(&collection.settings)),
+                    stats: None,
+                },
+            },
+            CollectionEntry::Faulted(faulted) => CollectionInfo {
+                name: faulted.name.clone(),
+                state: match faulted.fault.kind {
+                    FaultKind::Damaged => CollectionState::Damaged,
+                    FaultKind::Offline => CollectionState::Offline,
+                },
+                reason: faulted.fault.to_string(),
+                settings: faulted.settings.as_ref().map(settings_from_stored),
+                stats: faulted
+                    .open
+                    .as_ref()
+                    .and_then(|open| open.index.stats().ok()),
+            },
+        }
     }
 
     fn resolve_chunking(
@@ -389,7 +462,43 @@ fn document_version(document: &DocumentInput) -> u64 {
 
 fn runtime_for(stored: &StoredSettings, models_dir: &std::path::Path) -> Result<CollectionRuntime> {
     let tokenizer = BudgetTokenizer::resolve(&stored.budget_tokenizer, models_dir)?;
-    let default_chunking = ChunkingSpec {
+    Ok(CollectionRuntime {
+        tokenizer,
+        default_chunking: chunking_from_stored(stored),
+        incarnation: INCARNATIONS.fetch_add(1, Ordering::Relaxed),
+    })
+}
+
+/// Why a stored collection's tokenizer cannot be loaded: a collection made with a tokenizer file
+/// that has since gone stays offline (its data intact) instead of stopping the server.
+fn tokenizer_fault(
+    stored: &StoredSettings,
+    models_dir: &std::path::Path,
+    error: &LatheError,
+) -> Fault {
+    let reason = match error {
+        LatheError::InvalidArgument { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    };
+    let file = match stored.budget_tokenizer.as_str() {
+        "" | crate::tokenizer::DEFAULT_TOKENIZER => {
+            Some(models_dir.join(crate::tokenizer::MINILM_TOKENIZER_PATH))
+        }
+        path if path.ends_with(".json") => Some(std::path::PathBuf::from(path)),
+        _ => None,
+    };
+    match file {
+        Some(path) if !path.exists() => Fault::offline(
+            path,
+            "the collection's tokenizer file (settings.budget_tokenizer) is missing",
+        ),
+        Some(path) => Fault::offline(path, reason),
+        None => Fault::offline(&stored.budget_tokenizer, reason),
+    }
+}
+
+fn chunking_from_stored(stored: &StoredSettings) -> ChunkingSpec {
+    ChunkingSpec {
         strategy: stored
             .default_strategy
             .as_deref()
@@ -399,12 +508,7 @@ fn runtime_for(stored: &StoredSettings, models_dir: &std::path::Path) -> Result<
         unit: Unit::Tokens,
         separators: Vec::new(),
         semantic: None,
-    };
-    Ok(CollectionRuntime {
-        tokenizer,
-        default_chunking,
-        incarnation: INCARNATIONS.fetch_add(1, Ordering::Relaxed),
-    })
+    }
 }
 
 pub fn strategy_name(strategy: Strategy) -> &'static str {
@@ -434,13 +538,10 @@ pub fn strategy_from_name(name: &str) -> Option<Strategy> {
     })
 }
 
-fn settings_from_stored(
-    stored: &StoredSettings,
-    runtime: &CollectionRuntime,
-) -> CollectionSettings {
+fn settings_from_stored(stored: &StoredSettings) -> CollectionSettings {
     CollectionSettings {
         budget_tokenizer: stored.budget_tokenizer.clone(),
-        default_chunking: runtime.default_chunking.clone(),
+        default_chunking: chunking_from_stored(stored),
         section_tokens: stored.section_tokens,
     }
 }
@@ -485,11 +586,7 @@ pub fn validate_query(limits: &LimitsConfig, query: &RetrieveQuery) -> Result<()
 }
 
 fn validate_collection_name(name: &str) -> Result<()> {
-    let valid = (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if valid {
+    if crate::index::is_valid_collection_name(name) {
         Ok(())
     } else {
         Err(LatheError::invalid(
@@ -552,15 +649,15 @@ impl LatheApi for Engine {
         let runtime = runtime_for(&stored, &self.config.models.dir)?;
         let catalog = Arc::clone(&self.catalog);
         let collection = blocking(move || catalog.create(&name, stored, runtime)).await?;
-        Self::info(&collection)
+        Ok(Self::info(&CollectionEntry::Ready(collection)))
     }
 
     async fn list_collections(&self) -> Result<Vec<CollectionInfo>> {
-        self.catalog.list().iter().map(|c| Self::info(c)).collect()
+        Ok(self.catalog.entries().iter().map(Self::info).collect())
     }
 
     async fn get_collection(&self, name: &str) -> Result<CollectionInfo> {
-        Self::info(&*self.catalog.get(name)?)
+        Ok(Self::info(&self.catalog.entry(name)?))
     }
 
     async fn delete_collection(&self, name: &str) -> Result<()> {

@@ -1,6 +1,6 @@
 //! Prometheus metrics, with bounded label sets: requests by RPC and status code, latency per RPC
 //! and per pipeline stage, cache hits and misses by cache, in-flight requests, embedding batches,
-//! and per-collection sizes (read at scrape time).
+//! collections by state, and per-collection sizes and faults (read at scrape time).
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -25,6 +25,10 @@ pub struct Metrics {
     pub collection_documents: IntGaugeVec,
     pub collection_sections: IntGaugeVec,
     pub collection_bytes: IntGaugeVec,
+    /// Collections by state: ready, damaged, offline.
+    pub collections: IntGaugeVec,
+    /// 1 for a collection that cannot serve (damaged or offline), 0 for a ready one.
+    pub collection_damaged: IntGaugeVec,
 }
 
 impl Metrics {
@@ -92,6 +96,16 @@ impl Metrics {
                 "Document text bytes per collection",
                 &["collection"],
             ),
+            collections: gauge(
+                "collections",
+                "Collections by state (ready, damaged, offline)",
+                &["state"],
+            ),
+            collection_damaged: gauge(
+                "collection_damaged",
+                "1 when the collection cannot serve (damaged or offline; ListCollections gives the file and the cause), else 0",
+                &["collection"],
+            ),
             registry,
         };
         for collector in [
@@ -105,6 +119,8 @@ impl Metrics {
             Box::new(metrics.collection_documents.clone()),
             Box::new(metrics.collection_sections.clone()),
             Box::new(metrics.collection_bytes.clone()),
+            Box::new(metrics.collections.clone()),
+            Box::new(metrics.collection_damaged.clone()),
         ] {
             metrics
                 .registry

@@ -14,7 +14,7 @@ use crate::tokens::TokenOffsets;
 
 /// Name of the default budget tokenizer: the tokenizer.json of all-MiniLM-L6-v2.
 pub const DEFAULT_TOKENIZER: &str = "minilm";
-const MINILM_TOKENIZER_PATH: &str = "minilm/tokenizer.json";
+pub const MINILM_TOKENIZER_PATH: &str = "minilm/tokenizer.json";
 
 /// A tokenizer that counts tokens and gives their byte offsets, without special tokens.
 #[derive(Clone)]

@@ -112,11 +112,37 @@ pub struct DenseStats {
     pub sections_with_vector: u64,
 }
 
+/// Whether a collection can serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CollectionState {
+    Ready,
+    /// Its own files are missing, truncated or garbled: calls answer DATA_LOSS.
+    Damaged,
+    /// Something outside its folder (its tokenizer file) is missing; its data is intact: calls
+    /// answer FAILED_PRECONDITION.
+    Offline,
+}
+
+impl CollectionState {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Ready => "ready",
+            Self::Damaged => "damaged",
+            Self::Offline => "offline",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct CollectionInfo {
     pub name: String,
-    pub settings: CollectionSettings,
-    pub stats: CollectionStats,
+    pub state: CollectionState,
+    /// Why the collection is not ready: the file and the cause. Empty when ready.
+    pub reason: String,
+    /// `None` when its `collection.json` cannot be read.
+    pub settings: Option<CollectionSettings>,
+    /// `None` when the collection is not open or its statistics cannot be read.
+    pub stats: Option<CollectionStats>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]

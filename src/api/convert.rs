@@ -8,9 +8,10 @@ use crate::chunk::{Strategy, Unit};
 use crate::error::{LatheError, Result};
 use crate::index::schema::METADATA_SEPARATOR;
 use crate::types::{
-    ChunkingSpec, CollectionInfo, CollectionSettings, CollectionStats, DenseStats, DocumentFormat,
-    DocumentInput, Filter, ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk,
-    SectionBoundary, SemanticKind, SemanticRule, WriteOutcome, DEFAULT_SECTION_TOKENS,
+    ChunkingSpec, CollectionInfo, CollectionSettings, CollectionState, CollectionStats, DenseStats,
+    DocumentFormat, DocumentInput, Filter, ResultOrder, RetrieveQuery, RetrieveResult,
+    RetrievedChunk, SectionBoundary, SemanticKind, SemanticRule, WriteOutcome,
+    DEFAULT_SECTION_TOKENS,
 };
 
 pub fn strategy_from_proto(value: i32, field: &str) -> Result<Option<Strategy>> {
@@ -188,41 +189,61 @@ impl From<CollectionInfo> for proto::CollectionInfo {
     fn from(info: CollectionInfo) -> Self {
         let CollectionInfo {
             name,
+            state,
+            reason,
             settings,
             stats,
         } = info;
-        let CollectionStats {
-            documents,
-            sections,
-            bytes,
-            generation,
-            dense,
-        } = stats;
         proto::CollectionInfo {
             name,
-            settings: Some(proto::CollectionSettings {
-                budget_tokenizer: settings.budget_tokenizer,
-                default_chunking: Some(chunking_to_proto(&settings.default_chunking)),
-                section_tokens: Some(settings.section_tokens),
-            }),
-            stats: Some(proto::CollectionStats {
-                documents,
-                sections,
-                bytes,
-                generation,
-                dense: dense.map(
-                    |DenseStats {
-                         vectors,
-                         sections_with_vector,
-                     }| {
-                        proto::DenseStats {
-                            vectors,
-                            sections_with_vector,
-                        }
-                    },
-                ),
-            }),
+            settings: settings.map(
+                |CollectionSettings {
+                     budget_tokenizer,
+                     default_chunking,
+                     section_tokens,
+                 }| proto::CollectionSettings {
+                    budget_tokenizer,
+                    default_chunking: Some(chunking_to_proto(&default_chunking)),
+                    section_tokens: Some(section_tokens),
+                },
+            ),
+            stats: stats.map(stats_to_proto),
+            state: collection_state_to_proto(state) as i32,
+            reason,
         }
+    }
+}
+
+fn collection_state_to_proto(state: CollectionState) -> proto::CollectionState {
+    match state {
+        CollectionState::Ready => proto::CollectionState::Ready,
+        CollectionState::Damaged => proto::CollectionState::Damaged,
+        CollectionState::Offline => proto::CollectionState::Offline,
+    }
+}
+
+fn stats_to_proto(stats: CollectionStats) -> proto::CollectionStats {
+    let CollectionStats {
+        documents,
+        sections,
+        bytes,
+        generation,
+        dense,
+    } = stats;
+    proto::CollectionStats {
+        documents,
+        sections,
+        bytes,
+        generation,
+        dense: dense.map(
+            |DenseStats {
+                 vectors,
+                 sections_with_vector,
+             }| proto::DenseStats {
+                vectors,
+                sections_with_vector,
+            },
+        ),
     }
 }
 
@@ -468,6 +489,32 @@ impl From<RetrieveResult> for proto::RetrieveResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_damaged_collection_converts_with_its_state_and_reason_and_no_stats() {
+        let info = proto::CollectionInfo::from(CollectionInfo {
+            name: "docs".into(),
+            state: CollectionState::Damaged,
+            reason: "/d/collections/docs/collection.json: No such file or directory".into(),
+            settings: None,
+            stats: None,
+        });
+        assert_eq!(info.state(), proto::CollectionState::Damaged);
+        assert_eq!(
+            info.reason,
+            "/d/collections/docs/collection.json: No such file or directory"
+        );
+        assert_eq!((info.settings, info.stats), (None, None));
+        let ready = proto::CollectionInfo::from(CollectionInfo {
+            name: "docs".into(),
+            state: CollectionState::Ready,
+            reason: String::new(),
+            settings: Some(CollectionSettings::default()),
+            stats: Some(CollectionStats::default()),
+        });
+        assert_eq!(ready.state(), proto::CollectionState::Ready);
+        assert!(ready.settings.is_some() && ready.stats.is_some());
+    }
 
     #[test]
     fn unknown_strategy_names_the_field_and_the_allowed_values() {

@@ -17,6 +17,21 @@ impl From<LatheError> for Status {
             LatheError::PermissionDenied(_) => Code::PermissionDenied,
             LatheError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
             LatheError::Unavailable(_) => Code::Unavailable,
+            // gRPC's code for unrecoverable data loss or corruption: retrying cannot help.
+            LatheError::CollectionDamaged { .. } => Code::DataLoss,
+            // Not UNAVAILABLE (which tells clients to retry the call): the collection stays
+            // offline until an operator restores the file and restarts the server.
+            LatheError::CollectionOffline { .. } => Code::FailedPrecondition,
+            LatheError::StorageRefused { source, .. } => match source.kind() {
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                    Code::ResourceExhausted
+                }
+                // Permissions, immutable or read-only folders: the state of the data dir must
+                // change before a retry can succeed.
+                _ => Code::FailedPrecondition,
+            },
+            // Refused at start, before any call is served; mapped for completeness.
+            LatheError::DataDirLocked { .. } => Code::FailedPrecondition,
             LatheError::Index(_) | LatheError::Io { .. } | LatheError::Internal(_) => {
                 tracing::error!(%error, "internal error");
                 Code::Internal
@@ -75,6 +90,23 @@ mod tests {
     }
 
     #[test]
+    fn a_damaged_collection_is_named_with_its_file_and_cause() {
+        let status = Status::from(LatheError::CollectionDamaged {
+            name: "docs".into(),
+            path: "/d/collections/docs/index/meta.json".into(),
+            cause: "empty file".into(),
+        });
+        assert_eq!(status.code(), Code::DataLoss);
+        assert!(
+            status.message().starts_with(
+                "collection `docs` is damaged: /d/collections/docs/index/meta.json: empty file;"
+            ),
+            "{}",
+            status.message()
+        );
+    }
+
+    #[test]
     fn each_error_kind_has_its_code() {
         let cases = [
             (
@@ -98,6 +130,40 @@ mod tests {
                 Code::ResourceExhausted,
             ),
             (LatheError::Unavailable("gone".into()), Code::Unavailable),
+            (
+                LatheError::CollectionDamaged {
+                    name: "x".into(),
+                    path: "/d/collections/x/collection.json".into(),
+                    cause: "missing".into(),
+                },
+                Code::DataLoss,
+            ),
+            (
+                LatheError::CollectionOffline {
+                    name: "x".into(),
+                    path: "/t/tokenizer.json".into(),
+                    cause: "missing".into(),
+                },
+                Code::FailedPrecondition,
+            ),
+            (
+                LatheError::StorageRefused {
+                    name: "x".into(),
+                    action: "renaming the folder".into(),
+                    path: "/d/collections/x".into(),
+                    source: std::io::Error::from_raw_os_error(1),
+                },
+                Code::FailedPrecondition,
+            ),
+            (
+                LatheError::StorageRefused {
+                    name: "x".into(),
+                    action: "creating the folder".into(),
+                    path: "/d/collections/.creating-x".into(),
+                    source: std::io::Error::from_raw_os_error(28),
+                },
+                Code::ResourceExhausted,
+            ),
             (LatheError::internal("bug"), Code::Internal),
         ];
         for (error, code) in cases {

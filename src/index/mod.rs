@@ -1,13 +1,32 @@
 //! The coarse index: collections on disk, each a tantivy index of sections (see `collection`),
 //! and the catalog that creates, opens, lists and deletes them. Knows nothing of the pipeline or
 //! of gRPC.
+//!
+//! # The data dir
+//! `data_dir/lathe.lock` keeps a second server out (see `lock`); each collection lives in
+//! `data_dir/collections/<name>/{collection.json, index/}`. Besides those folders the catalog makes
+//! only two kinds of hidden folder, and they are the only folders it ever removes on its own:
+//! `.creating-<name>` (a collection being built, renamed into place when complete) and
+//! `.deleting-<name>` (a collection renamed away by a delete, then removed). A crash leaves a
+//! collection wholly there or wholly gone: the rename is the moment it appears or disappears.
+//!
+//! # Collection states
+//! A collection that cannot be opened (its `collection.json` or index files missing, truncated or
+//! garbled, its tokenizer file gone) is kept exactly as found and listed as [`Faulted`] with the
+//! file and the cause; every other collection opens and serves. Calls to a faulted collection get
+//! [`Fault::error`]; deleting it works. A collection found corrupt while open is switched to
+//! faulted by [`Catalog::mark_damaged`].
+//!
+//! [`Faulted`]: CollectionEntry::Faulted
 
 pub mod collection;
+pub mod lock;
 pub mod schema;
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -15,11 +34,27 @@ use serde::{Deserialize, Serialize};
 pub use collection::{
     CollectionIndex, DocumentRecord, SectionHit, SectionRecord, Snapshot, WriteOp,
 };
+pub use lock::DataDirLock;
 
 use crate::error::{LatheError, Result};
 
+const COLLECTIONS_DIR: &str = "collections";
 const SETTINGS_FILE: &str = "collection.json";
 const INDEX_DIR: &str = "index";
+/// tantivy's index metadata; an index without it is not an index.
+const META_FILE: &str = "meta.json";
+const CREATING_PREFIX: &str = ".creating-";
+const DELETING_PREFIX: &str = ".deleting-";
+/// The longest cause a fault keeps: tantivy quotes a whole garbled meta.json in its message.
+const MAX_CAUSE_CHARS: usize = 400;
+
+/// 1 to 64 characters of `[A-Za-z0-9_-]`: safe as a folder name, never hidden, never a path.
+pub fn is_valid_collection_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
 
 /// Per-collection settings as persisted in `collection.json`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,69 +75,230 @@ pub struct OpenCollection<T> {
     pub extra: T,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// Its own files are missing, truncated or garbled.
+    Damaged,
+    /// Something it needs outside its folder (its tokenizer file) is missing or unreadable; its
+    /// own data is intact.
+    Offline,
+}
+
+/// Why a collection cannot serve: which file, and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    pub kind: FaultKind,
+    pub path: PathBuf,
+    pub cause: String,
+}
+
+impl Fault {
+    pub fn damaged(path: impl Into<PathBuf>, cause: impl fmt::Display) -> Self {
+        Self::new(FaultKind::Damaged, path, cause)
+    }
+
+    pub fn offline(path: impl Into<PathBuf>, cause: impl fmt::Display) -> Self {
+        Self::new(FaultKind::Offline, path, cause)
+    }
+
+    fn new(kind: FaultKind, path: impl Into<PathBuf>, cause: impl fmt::Display) -> Self {
+        Self {
+            kind,
+            path: path.into(),
+            cause: bounded(&cause.to_string()),
+        }
+    }
+
+    /// What a call to the collection `name` answers.
+    pub fn error(&self, name: &str) -> LatheError {
+        let (name, path, cause) = (name.to_string(), self.path.clone(), self.cause.clone());
+        match self.kind {
+            FaultKind::Damaged => LatheError::CollectionDamaged { name, path, cause },
+            FaultKind::Offline => LatheError::CollectionOffline { name, path, cause },
+        }
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.cause)
+    }
+}
+
+/// A collection that cannot serve; its folder is kept as it was found.
+pub struct FaultedCollection<T> {
+    pub name: String,
+    pub fault: Fault,
+    /// Its settings, when `collection.json` could be read.
+    pub settings: Option<StoredSettings>,
+    /// The collection as it was open when it was found damaged at run time; `None` when it
+    /// failed to open.
+    pub open: Option<Arc<OpenCollection<T>>>,
+}
+
+/// What the catalog holds for one collection name.
+pub enum CollectionEntry<T> {
+    Ready(Arc<OpenCollection<T>>),
+    Faulted(Arc<FaultedCollection<T>>),
+}
+
+impl<T> Clone for CollectionEntry<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Ready(open) => Self::Ready(Arc::clone(open)),
+            Self::Faulted(faulted) => Self::Faulted(Arc::clone(faulted)),
+        }
+    }
+}
+
+impl<T> CollectionEntry<T> {
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Ready(open) => &open.name,
+            Self::Faulted(faulted) => &faulted.name,
+        }
+    }
+
+    /// The open collection, if any: a ready one, or one found damaged while open.
+    fn open_collection(&self) -> Option<&Arc<OpenCollection<T>>> {
+        match self {
+            Self::Ready(open) => Some(open),
+            Self::Faulted(faulted) => faulted.open.as_ref(),
+        }
+    }
+}
+
 /// The collections under `data_dir/collections/`, each in a folder named after it.
 pub struct Catalog<T> {
     root: PathBuf,
     writer_memory_bytes: usize,
     commit_interval: Duration,
     dense_dim: Option<usize>,
-    collections: RwLock<BTreeMap<String, Arc<OpenCollection<T>>>>,
+    entries: RwLock<BTreeMap<String, CollectionEntry<T>>>,
+    /// Serialises creates and deletes, so that each checks and changes the folders and the
+    /// listing as one step while `entries` (which every call reads) is write-locked only for the
+    /// moment of the change, never while folders are synced or writers stop.
+    changing: Mutex<()>,
+    /// Held from `open` until `shutdown`: no other server opens these collections meanwhile,
+    /// which is also what makes a staging folder found at open a leftover of a dead process.
+    lock: Mutex<Option<DataDirLock>>,
+}
+
+/// What `open` finds in the collections folder.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    Collection(String),
+    /// A staging folder of this catalog left behind by a crash: an unfinished create (never
+    /// acknowledged) or an unfinished delete (already renamed away, so already gone).
+    Leftover,
+    /// Not made by the catalog: kept as it is.
+    Unknown(&'static str),
 }
 
 impl<T> Catalog<T> {
-    /// Opens every collection found under `data_dir`; `attach` builds the service's part of each.
+    /// Opens every collection found under `data_dir`; `attach` builds the service's part of each,
+    /// or says why it cannot (the collection is then listed as faulted). Only a collections
+    /// folder that cannot be created or listed is an error: one collection never stops the rest.
     pub fn open(
+        lock: DataDirLock,
         data_dir: &Path,
         writer_memory_bytes: usize,
         commit_interval: Duration,
         dense_dim: Option<usize>,
-        attach: impl Fn(&str, &StoredSettings) -> Result<T>,
+        attach: impl Fn(&str, &StoredSettings) -> Result<T, Fault>,
     ) -> Result<Self> {
-        let root = data_dir.join("collections");
+        let root = data_dir.join(COLLECTIONS_DIR);
         std::fs::create_dir_all(&root)
             .map_err(|e| LatheError::io(format!("creating {}", root.display()), e))?;
-        let mut collections = BTreeMap::new();
-        let entries = std::fs::read_dir(&root)
-            .map_err(|e| LatheError::io(format!("listing {}", root.display()), e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| LatheError::io("listing collections", e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let path = entry.path();
-            if name.starts_with('.') || !path.join(SETTINGS_FILE).exists() {
-                // A half-created or half-deleted collection: it was never acknowledged.
-                tracing::warn!(path = %path.display(), "removing an incomplete collection folder");
-                let _ = std::fs::remove_dir_all(&path);
-                continue;
-            }
-            let settings: StoredSettings = read_settings(&path)?;
-            let index = CollectionIndex::open_or_create(
-                &path.join(INDEX_DIR),
-                writer_memory_bytes,
-                commit_interval,
-                dense_dim,
-            )?;
-            let extra = attach(&name, &settings)?;
-            tracing::info!(collection = %name, generation = index.snapshot().generation, "opened collection");
-            collections.insert(
-                name.clone(),
-                Arc::new(OpenCollection {
-                    name,
-                    settings,
-                    index,
-                    extra,
-                }),
-            );
-        }
-        Ok(Self {
+        let catalog = Self {
             root,
             writer_memory_bytes,
             commit_interval,
             dense_dim,
-            collections: RwLock::new(collections),
-        })
+            entries: RwLock::new(BTreeMap::new()),
+            changing: Mutex::new(()),
+            lock: Mutex::new(Some(lock)),
+        };
+        let listing = std::fs::read_dir(&catalog.root)
+            .map_err(|e| LatheError::io(format!("listing {}", catalog.root.display()), e))?;
+        let mut entries = BTreeMap::new();
+        for item in listing {
+            let item =
+                item.map_err(|e| LatheError::io(format!("listing {}", catalog.root.display()), e))?;
+            let path = item.path();
+            match classify(&item) {
+                Found::Collection(name) => {
+                    let entry = catalog.open_collection(&name, &attach);
+                    entries.insert(name, entry);
+                }
+                Found::Leftover => remove_leftover(&path),
+                Found::Unknown(why) => {
+                    tracing::warn!(path = %path.display(), why, "not a collection; left as it is")
+                }
+            }
+        }
+        *catalog.entries.write().unwrap_or_else(|p| p.into_inner()) = entries;
+        Ok(catalog)
     }
 
+    /// Opens the collection in `root/name`, or says why it cannot serve.
+    fn open_collection(
+        &self,
+        name: &str,
+        attach: &impl Fn(&str, &StoredSettings) -> Result<T, Fault>,
+    ) -> CollectionEntry<T> {
+        let folder = self.root.join(name);
+        let faulted = |fault: Fault, settings: Option<StoredSettings>| {
+            tracing::error!(collection = %name, file = %fault.path.display(), cause = %fault.cause, kind = ?fault.kind, "collection cannot be opened; it is kept as found and the other collections serve");
+            CollectionEntry::Faulted(Arc::new(FaultedCollection {
+                name: name.to_string(),
+                fault,
+                settings,
+                open: None,
+            }))
+        };
+        let settings = match read_settings(&folder) {
+            Ok(settings) => settings,
+            Err(fault) => return faulted(fault, None),
+        };
+        let index_dir = folder.join(INDEX_DIR);
+        // `open_or_create` would make an empty index where the metadata is missing, and tantivy's
+        // next commit would then collect the old segment files as garbage.
+        if let Err(fault) = check_index_meta(&index_dir) {
+            return faulted(fault, Some(settings));
+        }
+        // Before the index: a collection that cannot serve never starts a writer on its files.
+        let extra = match attach(name, &settings) {
+            Ok(extra) => extra,
+            Err(fault) => return faulted(fault, Some(settings)),
+        };
+        let index = match CollectionIndex::open_or_create(
+            &index_dir,
+            self.writer_memory_bytes,
+            self.commit_interval,
+            self.dense_dim,
+        ) {
+            Ok(index) => index,
+            Err(error) => return faulted(diagnose_index(&index_dir, &error), Some(settings)),
+        };
+        tracing::info!(collection = %name, generation = index.snapshot().generation, "opened collection");
+        CollectionEntry::Ready(Arc::new(OpenCollection {
+            name: name.to_string(),
+            settings,
+            index,
+            extra,
+        }))
+    }
+
+    /// The open collection `name`, or why there is none to serve.
     pub fn get(&self, name: &str) -> Result<Arc<OpenCollection<T>>> {
+        match self.entry(name)? {
+            CollectionEntry::Ready(open) => Ok(open),
+            CollectionEntry::Faulted(faulted) => Err(faulted.fault.error(name)),
+        }
+    }
+
+    pub fn entry(&self, name: &str) -> Result<CollectionEntry<T>> {
         self.read()
             .get(name)
             .cloned()
@@ -111,109 +307,599 @@ impl<T> Catalog<T> {
             })
     }
 
-    pub fn list(&self) -> Vec<Arc<OpenCollection<T>>> {
+    /// Every collection, ready or faulted, by name.
+    pub fn entries(&self) -> Vec<CollectionEntry<T>> {
         self.read().values().cloned().collect()
     }
 
     /// Creates a collection atomically: it is built in a hidden folder and renamed into place.
+    /// A failure leaves neither a listed collection nor a folder that would appear at restart.
     pub fn create(
         &self,
         name: &str,
         settings: StoredSettings,
         extra: T,
     ) -> Result<Arc<OpenCollection<T>>> {
-        let mut collections = self.collections.write().unwrap_or_else(|p| p.into_inner());
-        if collections.contains_key(name) {
+        debug_assert!(is_valid_collection_name(name));
+        let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        if self.read().contains_key(name) {
             return Err(LatheError::CollectionExists {
                 name: name.to_string(),
             });
         }
-        let staging = self.root.join(format!(".creating-{name}"));
         let target = self.root.join(name);
-        let _ = std::fs::remove_dir_all(&staging);
-        std::fs::create_dir_all(&staging)
-            .map_err(|e| LatheError::io("creating the collection folder", e))?;
-        write_settings(&staging, &settings)?;
-        // Create the empty index on disk before the rename, then open it in place.
-        drop(CollectionIndex::open_or_create(
-            &staging.join(INDEX_DIR),
-            self.writer_memory_bytes,
-            self.commit_interval,
-            self.dense_dim,
-        )?);
-        std::fs::rename(&staging, &target)
-            .map_err(|e| LatheError::io("publishing the collection folder", e))?;
-        sync_dir(&self.root)?;
-        let index = CollectionIndex::open_or_create(
+        let refused =
+            |action: &str, path: &Path, source: std::io::Error| LatheError::StorageRefused {
+                name: name.to_string(),
+                action: action.to_string(),
+                path: path.to_path_buf(),
+                source,
+            };
+        if target.symlink_metadata().is_ok() {
+            // Put there by hand after this server started: never build over it.
+            return Err(refused(
+                "creating the collection folder",
+                &target,
+                std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "a folder of that name appeared after the server started; move it away or restart the server to open it",
+                ),
+            ));
+        }
+        let staging = self.root.join(format!("{CREATING_PREFIX}{name}"));
+        let built = self.build_staging(&staging, &settings);
+        if let Err(error) = built {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(error);
+        }
+        if let Err(source) = std::fs::rename(&staging, &target) {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(refused(
+                &format!("renaming {} into place", staging.display()),
+                &target,
+                source,
+            ));
+        }
+        if let Err(error) = sync_dir(&self.root) {
+            self.unpublish_or_log(name, &target, &staging);
+            return Err(error);
+        }
+        let index = match CollectionIndex::open_or_create(
             &target.join(INDEX_DIR),
             self.writer_memory_bytes,
             self.commit_interval,
             self.dense_dim,
-        )?;
+        ) {
+            Ok(index) => index,
+            Err(error) => {
+                // Unpublish, so that the failed create does not appear at the next start.
+                self.unpublish_or_log(name, &target, &staging);
+                return Err(error);
+            }
+        };
         let collection = Arc::new(OpenCollection {
             name: name.to_string(),
             settings,
             index,
             extra,
         });
-        collections.insert(name.to_string(), Arc::clone(&collection));
+        self.write().insert(
+            name.to_string(),
+            CollectionEntry::Ready(Arc::clone(&collection)),
+        );
         Ok(collection)
     }
 
-    /// Deletes a collection: unlisted first, then its folder is renamed away and removed.
-    pub fn delete(&self, name: &str) -> Result<()> {
-        let removed = self
-            .collections
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(name)
-            .ok_or_else(|| LatheError::CollectionNotFound {
-                name: name.to_string(),
-            })?;
-        removed.index.shutdown();
-        let target = self.root.join(name);
-        let doomed = self.root.join(format!(".deleting-{name}"));
-        std::fs::rename(&target, &doomed)
-            .map_err(|e| LatheError::io("unpublishing the collection folder", e))?;
-        sync_dir(&self.root)?;
-        let _ = std::fs::remove_dir_all(&doomed);
+    /// Writes the settings and an empty index into the staging folder.
+    fn build_staging(&self, staging: &Path, settings: &StoredSettings) -> Result<()> {
+        let name = staging
+            .file_name()
+            .map(|n| {
+                n.to_string_lossy()
+                    .trim_start_matches(CREATING_PREFIX)
+                    .to_string()
+            })
+            .unwrap_or_default();
+        // A leftover of an earlier failed create of this name: ours to clear.
+        let _ = std::fs::remove_dir_all(staging);
+        std::fs::create_dir_all(staging).map_err(|source| LatheError::StorageRefused {
+            name: name.clone(),
+            action: "creating the staging folder".into(),
+            path: staging.to_path_buf(),
+            source,
+        })?;
+        write_settings(staging, settings).map_err(|source| LatheError::StorageRefused {
+            name,
+            action: "writing the settings".into(),
+            path: staging.join(SETTINGS_FILE),
+            source,
+        })?;
+        // Create the empty index on disk before the rename; it is opened in place afterwards.
+        drop(CollectionIndex::open_or_create(
+            &staging.join(INDEX_DIR),
+            self.writer_memory_bytes,
+            self.commit_interval,
+            self.dense_dim,
+        )?);
         Ok(())
     }
 
-    /// Commits and stops every collection's writer.
-    pub fn shutdown(&self) {
-        for collection in self.list() {
-            collection.index.shutdown();
+    fn unpublish_or_log(&self, name: &str, target: &Path, staging: &Path) {
+        let unpublished = std::fs::rename(target, staging)
+            .and_then(|()| std::fs::File::open(&self.root).and_then(|dir| dir.sync_all()));
+        match unpublished {
+            Ok(()) => {
+                let _ = std::fs::remove_dir_all(staging);
+            }
+            Err(error) => {
+                tracing::error!(collection = %name, path = %target.display(), %error, "a failed create could not be undone; the empty collection will be opened at the next start");
+            }
         }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<OpenCollection<T>>>> {
-        self.collections.read().unwrap_or_else(|p| p.into_inner())
+    /// Deletes a collection, ready or faulted, all or nothing: its folder is renamed away first,
+    /// while the collection keeps serving; only once that rename is durable is it unlisted, its
+    /// writer stopped and the folder removed. A refused rename changes nothing.
+    pub fn delete(&self, name: &str) -> Result<()> {
+        let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = self.entry(name)?;
+        let target = self.root.join(name);
+        let doomed = self.root.join(format!("{DELETING_PREFIX}{name}"));
+        let refused = |action: String, path: &Path, source: std::io::Error| {
+            tracing::warn!(collection = %name, path = %path.display(), %source, "delete refused by the filesystem; the collection is unchanged");
+            LatheError::StorageRefused {
+                name: name.to_string(),
+                action,
+                path: path.to_path_buf(),
+                source,
+            }
+        };
+        if doomed.symlink_metadata().is_ok() {
+            // The leftover of an earlier delete whose removal failed: a rename onto it would fail.
+            std::fs::remove_dir_all(&doomed).map_err(|source| {
+                refused(
+                    "removing the leftover of an earlier delete".into(),
+                    &doomed,
+                    source,
+                )
+            })?;
+        }
+        std::fs::rename(&target, &doomed).map_err(|source| {
+            refused(
+                format!("renaming the folder to {}", doomed.display()),
+                &target,
+                source,
+            )
+        })?;
+        // From here the delete has happened: a crash leaves `.deleting-<name>`, removed at start.
+        if let Err(error) = sync_dir(&self.root) {
+            tracing::warn!(collection = %name, %error, "syncing the collections folder after the rename failed; removing the collection anyway");
+        }
+        self.write().remove(name);
+        if let Some(open) = entry.open_collection() {
+            // Commits it may still hold go to a folder that is no longer there, and fail harmlessly.
+            open.index.shutdown();
+        }
+        if let Err(error) = std::fs::remove_dir_all(&doomed) {
+            tracing::warn!(collection = %name, path = %doomed.display(), %error, "removing a deleted collection's folder failed; it is removed at the next start");
+        }
+        Ok(())
+    }
+
+    /// Switches an open collection to damaged when a fault is found at run time (a file failing
+    /// its checksum): calls to it then answer DATA_LOSS naming `fault`; its writer idles until
+    /// the collection is deleted or the server stops. A collection already faulted keeps its
+    /// first fault.
+    pub fn mark_damaged(&self, name: &str, fault: Fault) {
+        let mut entries = self.write();
+        let Some(CollectionEntry::Ready(open)) = entries.get(name) else {
+            return;
+        };
+        tracing::error!(collection = %name, file = %fault.path.display(), cause = %fault.cause, "collection found damaged; calls to it now answer DATA_LOSS");
+        let faulted = FaultedCollection {
+            name: name.to_string(),
+            fault,
+            settings: Some(open.settings.clone()),
+            open: Some(Arc::clone(open)),
+        };
+        entries.insert(
+            name.to_string(),
+            CollectionEntry::Faulted(Arc::new(faulted)),
+        );
+    }
+
+    /// Commits and stops every collection's writer, then releases the data dir.
+    pub fn shutdown(&self) {
+        for entry in self.entries() {
+            if let Some(open) = entry.open_collection() {
+                open.index.shutdown();
+            }
+        }
+        drop(self.lock.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, CollectionEntry<T>>> {
+        self.entries.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, CollectionEntry<T>>> {
+        self.entries.write().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-fn read_settings(folder: &Path) -> Result<StoredSettings> {
-    let path = folder.join(SETTINGS_FILE);
-    let bytes = std::fs::read(&path)
-        .map_err(|e| LatheError::io(format!("reading {}", path.display()), e))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| LatheError::internal(format!("corrupt {}: {e}", path.display())))
+/// Sorts one entry of the collections folder (see [`Found`]).
+fn classify(item: &std::fs::DirEntry) -> Found {
+    let file_name = item.file_name();
+    let Some(name) = file_name.to_str() else {
+        return Found::Unknown("the name is not UTF-8");
+    };
+    let path = item.path();
+    // A collection folder may be a symlink to another disk; staging folders never are.
+    let real_folder = item.file_type().is_ok_and(|t| t.is_dir());
+    if is_valid_collection_name(name) {
+        return if path.is_dir() {
+            Found::Collection(name.to_string())
+        } else {
+            Found::Unknown("a file where a collection folder would be")
+        };
+    }
+    if let Some(of) = name.strip_prefix(DELETING_PREFIX) {
+        if is_valid_collection_name(of) && real_folder {
+            return Found::Leftover;
+        }
+    }
+    if let Some(of) = name.strip_prefix(CREATING_PREFIX) {
+        if is_valid_collection_name(of) && real_folder {
+            return if holds_only_what_create_writes(&path) {
+                Found::Leftover
+            } else {
+                Found::Unknown("a staging folder holding files a create never writes")
+            };
+        }
+    }
+    Found::Unknown("neither a collection name nor a staging folder of this server")
 }
 
-fn write_settings(folder: &Path, settings: &StoredSettings) -> Result<()> {
+/// A create writes `collection.json` and `index/` into its staging folder, nothing else.
+fn holds_only_what_create_writes(staging: &Path) -> bool {
+    let Ok(listing) = std::fs::read_dir(staging) else {
+        return false;
+    };
+    listing.into_iter().all(|item| {
+        item.is_ok_and(|item| {
+            let name = item.file_name();
+            name == SETTINGS_FILE || name == INDEX_DIR
+        })
+    })
+}
+
+fn remove_leftover(path: &Path) {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "removed the leftover of an unfinished create or delete")
+        }
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "removing the leftover of an unfinished create or delete failed; it is kept")
+        }
+    }
+}
+
+fn read_settings(folder: &Path) -> Result<StoredSettings, Fault> {
+    let path = folder.join(SETTINGS_FILE);
+    let bytes = std::fs::read(&path).map_err(|error| Fault::damaged(&path, error))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|error| Fault::damaged(&path, format!("not valid settings: {error}")))
+}
+
+/// The index metadata must be there and be JSON before tantivy is asked to open the index.
+fn check_index_meta(index_dir: &Path) -> Result<(), Fault> {
+    let path = index_dir.join(META_FILE);
+    let bytes = std::fs::read(&path).map_err(|error| Fault::damaged(&path, error))?;
+    if bytes.is_empty() {
+        return Err(Fault::damaged(&path, "the file is empty"));
+    }
+    serde_json::from_slice::<serde_json::Value>(&bytes)
+        .map(|_| ())
+        .map_err(|error| Fault::damaged(&path, format!("not valid JSON: {error}")))
+}
+
+/// Names the file that made opening the index fail. tantivy's errors do not always name it: the
+/// files of the live segments are checked against the checksums in their footers.
+fn diagnose_index(index_dir: &Path, error: &LatheError) -> Fault {
+    let opening = format!("opening the index failed: {error}");
+    let Ok(index) = tantivy::Index::open_in_dir(index_dir) else {
+        return Fault::damaged(index_dir, opening);
+    };
+    let segment_ids: Vec<String> = index
+        .searchable_segment_ids()
+        .map(|ids| ids.iter().map(|id| id.uuid_string()).collect())
+        .unwrap_or_default();
+    let Ok(listing) = std::fs::read_dir(index_dir) else {
+        return Fault::damaged(index_dir, opening);
+    };
+    let mut segment_files: Vec<PathBuf> = listing
+        .filter_map(|item| item.ok().map(|item| PathBuf::from(item.file_name())))
+        .filter(|file| {
+            let name = file.to_string_lossy();
+            segment_ids.iter().any(|id| name.starts_with(id.as_str()))
+        })
+        .collect();
+    segment_files.sort();
+    for file in segment_files {
+        let cause = match index.directory().validate_checksum(&file) {
+            Ok(true) => continue,
+            Ok(false) => {
+                "its contents do not match the checksum in its footer (truncated or altered)"
+                    .to_string()
+            }
+            Err(tantivy::directory::error::OpenReadError::IoError { io_error, .. }) => {
+                format!("its footer cannot be read (truncated or altered): {io_error}")
+            }
+            Err(read_error) => format!("unreadable: {read_error}"),
+        };
+        return Fault::damaged(index_dir.join(file), cause);
+    }
+    Fault::damaged(index_dir, opening)
+}
+
+fn bounded(text: &str) -> String {
+    if text.chars().count() <= MAX_CAUSE_CHARS {
+        return text.to_string();
+    }
+    let mut kept: String = text.chars().take(MAX_CAUSE_CHARS).collect();
+    kept.push('…');
+    kept
+}
+
+fn write_settings(folder: &Path, settings: &StoredSettings) -> std::io::Result<()> {
     use std::io::Write;
     let path = folder.join(SETTINGS_FILE);
-    let json =
-        serde_json::to_vec_pretty(settings).map_err(|e| LatheError::internal(e.to_string()))?;
-    let mut file = std::fs::File::create(&path)
-        .map_err(|e| LatheError::io(format!("writing {}", path.display()), e))?;
-    file.write_all(&json)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| LatheError::io(format!("writing {}", path.display()), e))
+    let json = serde_json::to_vec_pretty(settings)?;
+    let mut file = std::fs::File::create(&path)?;
+    file.write_all(&json)?;
+    file.sync_all()
 }
 
 fn sync_dir(path: &Path) -> Result<()> {
     std::fs::File::open(path)
         .and_then(|dir| dir.sync_all())
         .map_err(|e| LatheError::io(format!("syncing {}", path.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> StoredSettings {
+        StoredSettings {
+            budget_tokenizer: "minilm".into(),
+            section_tokens: 1024,
+            default_strategy: None,
+            default_max_tokens: None,
+            default_overlap_tokens: None,
+        }
+    }
+
+    fn open_catalog(data_dir: &Path) -> Catalog<()> {
+        open_with(data_dir, |_, _| Ok(()))
+    }
+
+    fn open_with(
+        data_dir: &Path,
+        attach: impl Fn(&str, &StoredSettings) -> Result<(), Fault>,
+    ) -> Catalog<()> {
+        let lock = DataDirLock::acquire(data_dir).unwrap();
+        Catalog::open(
+            lock,
+            data_dir,
+            15 << 20,
+            Duration::from_secs(3600),
+            None,
+            attach,
+        )
+        .unwrap()
+    }
+
+    fn fault_of(catalog: &Catalog<()>, name: &str) -> Fault {
+        match catalog.entry(name).unwrap() {
+            CollectionEntry::Faulted(faulted) => faulted.fault.clone(),
+            CollectionEntry::Ready(_) => panic!("{name} is ready"),
+        }
+    }
+
+    #[test]
+    fn only_the_catalogs_own_leftovers_are_removed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join(COLLECTIONS_DIR);
+        let catalog = open_catalog(dir.path());
+        catalog.create("docs", settings(), ()).unwrap();
+        catalog.shutdown();
+        drop(catalog);
+        let unfinished_create = root.join(".creating-new");
+        std::fs::create_dir_all(unfinished_create.join(INDEX_DIR)).unwrap();
+        std::fs::write(unfinished_create.join(SETTINGS_FILE), b"{}").unwrap();
+        let unfinished_delete = root.join(".deleting-old");
+        std::fs::create_dir_all(unfinished_delete.join("index")).unwrap();
+        let kept = [
+            root.join(".creating-mine"),
+            root.join(".deleting-not a name"),
+            root.join("backup.old"),
+            root.join(".snapshot"),
+        ];
+        for folder in &kept {
+            std::fs::create_dir_all(folder).unwrap();
+            std::fs::write(folder.join("notes.txt"), b"an operator's").unwrap();
+        }
+        std::fs::write(root.join("README"), b"a file").unwrap();
+
+        let catalog = open_catalog(dir.path());
+        assert!(matches!(
+            catalog.entry("docs").unwrap(),
+            CollectionEntry::Ready(_)
+        ));
+        assert!(!unfinished_create.exists() && !unfinished_delete.exists());
+        for folder in &kept {
+            assert!(folder.join("notes.txt").exists(), "{}", folder.display());
+        }
+        assert!(root.join("README").exists());
+        let names: Vec<String> = catalog
+            .entries()
+            .iter()
+            .map(|e| e.name().to_string())
+            .collect();
+        assert_eq!(names, ["docs"]);
+    }
+
+    #[test]
+    fn a_collection_that_cannot_open_is_kept_listed_and_deletable() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join(COLLECTIONS_DIR);
+        let catalog = open_catalog(dir.path());
+        for name in ["no-settings", "no-meta", "offline", "fine"] {
+            catalog.create(name, settings(), ()).unwrap();
+        }
+        catalog.shutdown();
+        drop(catalog);
+        std::fs::remove_file(root.join("no-settings").join(SETTINGS_FILE)).unwrap();
+        std::fs::remove_file(root.join("no-meta/index").join(META_FILE)).unwrap();
+        let files_of = |name: &str| {
+            let mut files: Vec<_> = std::fs::read_dir(root.join(name).join(INDEX_DIR))
+                .map(|listing| listing.map(|item| item.unwrap().file_name()).collect())
+                .unwrap_or_default();
+            files.sort();
+            files
+        };
+        let no_meta_files = files_of("no-meta");
+
+        let catalog = open_with(dir.path(), |name, _| {
+            if name == "offline" {
+                Err(Fault::offline("/models/gone.json", "missing"))
+            } else {
+                Ok(())
+            }
+        });
+        let fault = fault_of(&catalog, "no-settings");
+        assert_eq!(fault.kind, FaultKind::Damaged);
+        assert_eq!(fault.path, root.join("no-settings").join(SETTINGS_FILE));
+        assert!(matches!(
+            catalog.get("no-settings"),
+            Err(LatheError::CollectionDamaged { .. })
+        ));
+        // An empty index was not created in place of the missing metadata.
+        assert_eq!(
+            fault_of(&catalog, "no-meta").path,
+            root.join("no-meta/index").join(META_FILE)
+        );
+        assert_eq!(files_of("no-meta"), no_meta_files);
+        assert!(matches!(
+            catalog.get("offline"),
+            Err(LatheError::CollectionOffline { .. })
+        ));
+        assert!(catalog.get("fine").is_ok());
+
+        for name in ["no-settings", "no-meta", "offline"] {
+            catalog.delete(name).unwrap();
+            assert!(!root.join(name).exists());
+            catalog.create(name, settings(), ()).unwrap();
+            assert!(catalog.get(name).is_ok());
+        }
+        catalog.shutdown();
+    }
+
+    #[test]
+    fn a_corrupt_meta_file_is_named_with_its_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = open_catalog(dir.path());
+        catalog.create("empty", settings(), ()).unwrap();
+        catalog.create("garbage", settings(), ()).unwrap();
+        catalog.shutdown();
+        drop(catalog);
+        let meta = |name: &str| {
+            dir.path()
+                .join(COLLECTIONS_DIR)
+                .join(name)
+                .join(INDEX_DIR)
+                .join(META_FILE)
+        };
+        std::fs::write(meta("empty"), b"").unwrap();
+        std::fs::write(meta("garbage"), "x".repeat(10_000)).unwrap();
+        let catalog = open_catalog(dir.path());
+        assert_eq!(
+            fault_of(&catalog, "empty"),
+            Fault::damaged(meta("empty"), "the file is empty")
+        );
+        let garbage = fault_of(&catalog, "garbage");
+        assert!(garbage.cause.starts_with("not valid JSON"), "{garbage}");
+        assert!(garbage.cause.chars().count() <= MAX_CAUSE_CHARS + 1);
+    }
+
+    #[test]
+    fn a_collection_found_damaged_while_open_answers_with_the_fault() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = open_catalog(dir.path());
+        catalog.create("docs", settings(), ()).unwrap();
+        let fault = Fault::damaged("/d/collections/docs/index/x.store", "checksum mismatch");
+        catalog.mark_damaged("docs", fault.clone());
+        match catalog.get("docs") {
+            Err(LatheError::CollectionDamaged { name, path, cause }) => {
+                assert_eq!(
+                    (name.as_str(), path, cause),
+                    ("docs", fault.path, fault.cause)
+                );
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        // Deleting it stops its writer and removes it.
+        catalog.delete("docs").unwrap();
+        assert!(matches!(
+            catalog.get("docs"),
+            Err(LatheError::CollectionNotFound { .. })
+        ));
+        catalog.shutdown();
+    }
+
+    #[test]
+    fn a_folder_put_in_place_by_hand_is_never_built_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = open_catalog(dir.path());
+        let by_hand = dir.path().join(COLLECTIONS_DIR).join("late");
+        std::fs::create_dir_all(&by_hand).unwrap();
+        std::fs::write(by_hand.join("notes.txt"), b"mine").unwrap();
+        let error = catalog
+            .create("late", settings(), ())
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(error, LatheError::StorageRefused { ref path, .. } if *path == by_hand),
+            "{error}"
+        );
+        assert!(by_hand.join("notes.txt").exists());
+        assert!(!dir
+            .path()
+            .join(COLLECTIONS_DIR)
+            .join(".creating-late")
+            .exists());
+    }
+
+    #[test]
+    fn the_data_dir_lock_is_released_at_shutdown() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = open_catalog(dir.path());
+        assert!(matches!(
+            DataDirLock::acquire(dir.path()),
+            Err(LatheError::DataDirLocked { .. })
+        ));
+        catalog.shutdown();
+        // The catalog is still alive, but the next server may start.
+        DataDirLock::acquire(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn long_causes_are_cut() {
+        assert_eq!(bounded("short"), "short");
+        let long = "é".repeat(MAX_CAUSE_CHARS + 10);
+        let cut = bounded(&long);
+        assert_eq!(cut.chars().count(), MAX_CAUSE_CHARS + 1);
+        assert!(cut.ends_with('…'));
+    }
 }
