@@ -13,6 +13,7 @@ from conftest import models_dir, start_server
 from lathe_client import (
     Chunking,
     ChunkStrategy,
+    CollectionState,
     Document,
     DocumentFormat,
     Lathe,
@@ -88,7 +89,8 @@ def test_collections_are_created_listed_read_and_deleted(lathe: Lathe) -> None:
         name, default_chunking=Chunking(strategy=ChunkStrategy.SENTENCE, max_tokens=64)
     )
     assert created.name == name
-    assert created.stats.documents == 0
+    assert created.state is CollectionState.READY and created.reason == ""
+    assert created.stats is not None and created.stats.documents == 0
     assert created.settings.default_chunking is not None
     assert created.settings.default_chunking.strategy is ChunkStrategy.SENTENCE
     assert created.settings.default_chunking.max_tokens == 64
@@ -232,5 +234,33 @@ def test_sigterm_drains_commits_and_data_survives_a_restart(tmp_path: Path) -> N
     try:
         with Lathe(second.address) as client:
             assert client.retrieve("durable", "kestrels", budget=20).chunks[0].doc_id == "d"
+    finally:
+        assert second.stop() == 0, second.log()
+
+
+def test_a_damaged_collection_is_listed_with_its_state_and_reason(tmp_path: Path) -> None:
+    first = start_server(tmp_path, {"models": {"dense": "off"}})
+    with Lathe(first.address) as client:
+        client.create_collection("kept")
+        client.create_collection("healthy")
+        client.upsert("healthy", [Document(id="d", text="Kestrels hover over meadows.")], wait=True)
+    assert first.stop() == 0, first.log()
+    settings = first.data_dir / "collections" / "kept" / "collection.json"
+    settings.unlink()
+    second = start_server(tmp_path, {"models": {"dense": "off"}})
+    try:
+        with Lathe(second.address) as client:
+            listed = {info.name: info for info in client.list_collections()}
+            kept = listed["kept"]
+            assert kept.state is CollectionState.DAMAGED
+            assert str(settings) in kept.reason
+            assert kept.settings is None and kept.stats is None
+            assert listed["healthy"].state is CollectionState.READY
+            with pytest.raises(LatheError) as raised:
+                client.retrieve("kept", "kestrels", budget=20)
+            assert raised.value.code is grpc.StatusCode.DATA_LOSS
+            assert "kept" in raised.value.details
+            client.delete_collection("kept")
+            assert client.retrieve("healthy", "kestrels", budget=20).chunks[0].doc_id == "d"
     finally:
         assert second.stop() == 0, second.log()

@@ -19,6 +19,7 @@ from lathe_client.types import (
     ChunkUnit,
     CollectionInfo,
     CollectionSettings,
+    CollectionState,
     CollectionStats,
     Document,
     DocumentFormat,
@@ -329,25 +330,45 @@ def _upsert_request(
     )
 
 
+_COLLECTION_STATES = {
+    lathe_pb2.COLLECTION_STATE_UNSPECIFIED: CollectionState.UNSPECIFIED,
+    lathe_pb2.COLLECTION_STATE_READY: CollectionState.READY,
+    lathe_pb2.COLLECTION_STATE_DAMAGED: CollectionState.DAMAGED,
+    lathe_pb2.COLLECTION_STATE_OFFLINE: CollectionState.OFFLINE,
+}
+
+
 def _collection_from_proto(info: lathe_pb2.CollectionInfo) -> CollectionInfo:
     settings = info.settings
     return CollectionInfo(
         name=info.name,
-        settings=CollectionSettings(
-            budget_tokenizer=settings.budget_tokenizer,
-            default_chunking=(
-                _chunking_from_proto(settings.default_chunking)
-                if settings.HasField("default_chunking")
-                else None
-            ),
-            section_tokens=settings.section_tokens if settings.HasField("section_tokens") else None,
+        settings=(
+            CollectionSettings(
+                budget_tokenizer=settings.budget_tokenizer,
+                default_chunking=(
+                    _chunking_from_proto(settings.default_chunking)
+                    if settings.HasField("default_chunking")
+                    else None
+                ),
+                section_tokens=(
+                    settings.section_tokens if settings.HasField("section_tokens") else None
+                ),
+            )
+            if info.HasField("settings")
+            else None
         ),
-        stats=CollectionStats(
-            documents=info.stats.documents,
-            sections=info.stats.sections,
-            bytes=info.stats.bytes,
-            generation=info.stats.generation,
+        stats=(
+            CollectionStats(
+                documents=info.stats.documents,
+                sections=info.stats.sections,
+                bytes=info.stats.bytes,
+                generation=info.stats.generation,
+            )
+            if info.HasField("stats")
+            else None
         ),
+        state=_COLLECTION_STATES.get(info.state, CollectionState.UNSPECIFIED),
+        reason=info.reason,
     )
 
 

@@ -88,11 +88,27 @@ class CollectionStats:
     generation: int
 
 
+class CollectionState(enum.Enum):
+    """Whether a collection can serve (see lathe.proto CollectionState)."""
+
+    UNSPECIFIED = "unspecified"
+    READY = "ready"
+    # Its own files are missing, truncated or garbled: calls to it raise DATA_LOSS.
+    DAMAGED = "damaged"
+    # Its tokenizer file is missing; its data is intact: calls raise FAILED_PRECONDITION.
+    OFFLINE = "offline"
+
+
 @dataclass(frozen=True)
 class CollectionInfo:
     name: str
-    settings: CollectionSettings
-    stats: CollectionStats
+    # None when the collection's collection.json cannot be read.
+    settings: CollectionSettings | None
+    # None when the collection is not READY.
+    stats: CollectionStats | None
+    state: CollectionState = CollectionState.READY
+    # Why the collection is not READY: the file and the cause ("" when READY).
+    reason: str = ""
 
 
 @dataclass(frozen=True)

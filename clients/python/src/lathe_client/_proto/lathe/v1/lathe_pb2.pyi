@@ -7,6 +7,13 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class CollectionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COLLECTION_STATE_UNSPECIFIED: _ClassVar[CollectionState]
+    COLLECTION_STATE_READY: _ClassVar[CollectionState]
+    COLLECTION_STATE_DAMAGED: _ClassVar[CollectionState]
+    COLLECTION_STATE_OFFLINE: _ClassVar[CollectionState]
+
 class DocumentFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     DOCUMENT_FORMAT_UNSPECIFIED: _ClassVar[DocumentFormat]
@@ -43,6 +50,10 @@ class ResultOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RESULT_ORDER_SCORE: _ClassVar[ResultOrder]
     RESULT_ORDER_POSITION: _ClassVar[ResultOrder]
+COLLECTION_STATE_UNSPECIFIED: CollectionState
+COLLECTION_STATE_READY: CollectionState
+COLLECTION_STATE_DAMAGED: CollectionState
+COLLECTION_STATE_OFFLINE: CollectionState
 DOCUMENT_FORMAT_UNSPECIFIED: DocumentFormat
 DOCUMENT_FORMAT_PLAIN: DocumentFormat
 DOCUMENT_FORMAT_MARKDOWN: DocumentFormat
@@ -99,14 +110,18 @@ class DenseStats(_message.Message):
     def __init__(self, vectors: _Optional[int] = ..., sections_with_vector: _Optional[int] = ...) -> None: ...
 
 class CollectionInfo(_message.Message):
-    __slots__ = ("name", "settings", "stats")
+    __slots__ = ("name", "settings", "stats", "state", "reason")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     name: str
     settings: CollectionSettings
     stats: CollectionStats
-    def __init__(self, name: _Optional[str] = ..., settings: _Optional[_Union[CollectionSettings, _Mapping]] = ..., stats: _Optional[_Union[CollectionStats, _Mapping]] = ...) -> None: ...
+    state: CollectionState
+    reason: str
+    def __init__(self, name: _Optional[str] = ..., settings: _Optional[_Union[CollectionSettings, _Mapping]] = ..., stats: _Optional[_Union[CollectionStats, _Mapping]] = ..., state: _Optional[_Union[CollectionState, str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CreateCollectionRequest(_message.Message):
     __slots__ = ("name", "settings")
