@@ -1,5 +1,8 @@
 //! Helpers for tests that drive the real `lathe serve` binary: start it on a port-0 listener
 //! with extra `LATHE_*` variables, read its log, signal it, wait for it.
+//!
+//! `LATHE_TEST_BIN=/path/to/lathe` runs these tests against another build (e.g. main's release
+//! binary, to see a fault test fail before its fix); by default they run this crate's `lathe`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
@@ -15,7 +18,9 @@ pub struct Server {
     pub child: Child,
     pub address: String,
     pub metrics_address: String,
-    /// Every log line the server writes, as it writes it.
+    /// The log lines written up to and including "lathe serving".
+    pub startup_log: Vec<String>,
+    /// Every log line the server writes after those, as it writes it.
     pub log: mpsc::Receiver<String>,
 }
 
@@ -24,11 +29,64 @@ pub fn free_local_address() -> String {
     listener.local_addr().unwrap().to_string()
 }
 
+/// The `lathe` binary under test: `LATHE_TEST_BIN`, else this crate's build.
+pub fn lathe_binary() -> std::path::PathBuf {
+    std::env::var_os("LATHE_TEST_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_lathe")))
+}
+
+/// A `lathe serve` process that may or may not get to serving.
+pub struct Spawned {
+    pub child: Child,
+    pub metrics_address: String,
+    /// Every log line the server writes, as it writes it.
+    pub log: mpsc::Receiver<String>,
+}
+
 /// Starts `lathe serve` on data_dir with the metrics endpoint on a free port, `variables` on top,
 /// and waits until it serves.
 pub fn start(data_dir: &std::path::Path, variables: &[(&str, String)]) -> Server {
+    let Spawned {
+        child,
+        metrics_address,
+        log,
+    } = spawn(data_dir, variables);
+    // The server logs its bound address once indexes and models are loaded.
+    let mut startup_log = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !startup_log
+        .last()
+        .is_some_and(|line: &String| line.contains("lathe serving"))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match log.recv_timeout(left) {
+            Ok(line) => startup_log.push(line),
+            Err(error) => panic!(
+                "lathe serve did not log `lathe serving` ({error}); its log:\n{}",
+                startup_log.join("\n")
+            ),
+        }
+    }
+    let serving = startup_log.last().expect("the serving line");
+    let address = serving
+        .split("\"address\":\"")
+        .nth(1)
+        .map(|rest| rest.chars().take_while(|c| *c != '"').collect::<String>())
+        .expect("address in the serving line");
+    Server {
+        child,
+        address,
+        metrics_address,
+        startup_log,
+        log,
+    }
+}
+
+/// Starts `lathe serve` as `start` does, without waiting for it to serve.
+pub fn spawn(data_dir: &std::path::Path, variables: &[(&str, String)]) -> Spawned {
     let metrics_address = free_local_address();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lathe"))
+    let mut child = Command::new(lathe_binary())
         .args([
             "serve",
             "--listen",
@@ -61,16 +119,8 @@ pub fn start(data_dir: &std::path::Path, variables: &[(&str, String)]) -> Server
             let _ = line_tx.send(line);
         }
     });
-    // The server logs its bound address once indexes and models are loaded.
-    let serving = wait_for_line(&log, "lathe serving", Duration::from_secs(120));
-    let address = serving
-        .split("\"address\":\"")
-        .nth(1)
-        .map(|rest| rest.chars().take_while(|c| *c != '"').collect::<String>())
-        .expect("address in the serving line");
-    Server {
+    Spawned {
         child,
-        address,
         metrics_address,
         log,
     }
@@ -99,8 +149,8 @@ pub async fn connect(address: &str) -> LatheClient<Channel> {
         .max_encoding_message_size(64 << 20)
 }
 
-/// `lathe_requests_in_flight` from the Prometheus endpoint (a plain HTTP/1.0 GET).
-pub fn requests_in_flight(metrics_address: impl std::net::ToSocketAddrs) -> i64 {
+/// The Prometheus endpoint's answer (a plain HTTP/1.0 GET), headers included.
+pub fn scrape_metrics(metrics_address: impl std::net::ToSocketAddrs) -> String {
     let mut stream = std::net::TcpStream::connect(metrics_address).expect("metrics connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -110,6 +160,12 @@ pub fn requests_in_flight(metrics_address: impl std::net::ToSocketAddrs) -> i64 
         .unwrap();
     let mut body = String::new();
     stream.read_to_string(&mut body).expect("metrics response");
+    body
+}
+
+/// `lathe_requests_in_flight` from the Prometheus endpoint.
+pub fn requests_in_flight(metrics_address: impl std::net::ToSocketAddrs) -> i64 {
+    let body = scrape_metrics(metrics_address);
     body.lines()
         .find_map(|line| line.strip_prefix("lathe_requests_in_flight "))
         .and_then(|value| value.trim().parse().ok())
