@@ -347,7 +347,7 @@ impl<T> Catalog<T> {
             ));
         }
         let staging = self.root.join(format!("{CREATING_PREFIX}{name}"));
-        let built = self.build_staging(&staging, &settings);
+        let built = self.build_staging(name, &staging, &settings);
         if let Err(error) = built {
             let _ = std::fs::remove_dir_all(&staging);
             return Err(error);
@@ -391,25 +391,17 @@ impl<T> Catalog<T> {
     }
 
     /// Writes the settings and an empty index into the staging folder.
-    fn build_staging(&self, staging: &Path, settings: &StoredSettings) -> Result<()> {
-        let name = staging
-            .file_name()
-            .map(|n| {
-                n.to_string_lossy()
-                    .trim_start_matches(CREATING_PREFIX)
-                    .to_string()
-            })
-            .unwrap_or_default();
+    fn build_staging(&self, name: &str, staging: &Path, settings: &StoredSettings) -> Result<()> {
         // A leftover of an earlier failed create of this name: ours to clear.
         let _ = std::fs::remove_dir_all(staging);
         std::fs::create_dir_all(staging).map_err(|source| LatheError::StorageRefused {
-            name: name.clone(),
+            name: name.to_string(),
             action: "creating the staging folder".into(),
             path: staging.to_path_buf(),
             source,
         })?;
         write_settings(staging, settings).map_err(|source| LatheError::StorageRefused {
-            name,
+            name: name.to_string(),
             action: "writing the settings".into(),
             path: staging.join(SETTINGS_FILE),
             source,
