@@ -18,7 +18,7 @@ use crate::embed::{
 };
 use crate::error::{LatheError, Result};
 use crate::index::{
-    Catalog, DocumentRecord, OpenCollection, SectionRecord, StoredSettings, WriteOp,
+    Catalog, DocumentRecord, OpenCollection, SectionRecord, StoredSettings, WriteOp, WriterSettings,
 };
 use crate::pipeline::{analyze, coarse, pack, rechunk, score};
 use crate::sections::{self, Format};
@@ -83,10 +83,17 @@ impl Engine {
         let models_dir = config.models.dir.clone();
         let embedder = open_embedder(&config)?;
         let dense_dim = embedder.as_ref().map(|e| e.dim());
+        let storage = &config.storage;
+        let writer_settings = WriterSettings {
+            memory_bytes: storage.writer_memory_bytes,
+            commit_interval: Duration::from_millis(storage.commit_interval_ms),
+            idle_close: Duration::from_millis(storage.writer_idle_ms),
+            threads: storage.writer_threads,
+            max_open_writers: storage.max_open_writers,
+        };
         let catalog = Catalog::open(
             &config.storage.data_dir,
-            config.storage.writer_memory_bytes,
-            Duration::from_millis(config.storage.commit_interval_ms),
+            writer_settings,
             dense_dim,
             |_, stored| runtime_for(stored, &models_dir),
         )?;
@@ -111,8 +118,17 @@ impl Engine {
         &self.caches
     }
 
-    /// Publishes each collection's size to the metrics (called at scrape time).
+    /// Publishes each collection's size and the writers' state to the metrics (called at
+    /// scrape time).
     pub fn record_collection_metrics(&self) {
+        self.metrics
+            .index_writers_open
+            .set(self.catalog.open_writers() as i64);
+        let evictions = self.catalog.writer_evictions();
+        let counted = self.metrics.index_writer_evictions.get();
+        self.metrics
+            .index_writer_evictions
+            .inc_by(evictions.saturating_sub(counted));
         for collection in self.catalog.list() {
             let Ok(stats) = collection.index.stats() else {
                 continue;

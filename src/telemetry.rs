@@ -1,10 +1,10 @@
 //! Prometheus metrics, with bounded label sets: requests by RPC and status code, latency per RPC
 //! and per pipeline stage, cache hits and misses by cache, in-flight requests, embedding batches,
-//! and per-collection sizes (read at scrape time).
+//! per-collection sizes and the index writers open (read at scrape time).
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Latency buckets from 100 µs to 10 s.
@@ -25,6 +25,8 @@ pub struct Metrics {
     pub collection_documents: IntGaugeVec,
     pub collection_sections: IntGaugeVec,
     pub collection_bytes: IntGaugeVec,
+    pub index_writers_open: IntGauge,
+    pub index_writer_evictions: IntCounter,
 }
 
 impl Metrics {
@@ -92,6 +94,16 @@ impl Metrics {
                 "Document text bytes per collection",
                 &["collection"],
             ),
+            index_writers_open: IntGauge::new(
+                "index_writers_open",
+                "Collections holding an open index writer (at most storage.max_open_writers)",
+            )
+            .expect("static metric"),
+            index_writer_evictions: IntCounter::new(
+                "index_writer_evictions_total",
+                "Index writers committed and closed to make room for another collection's",
+            )
+            .expect("static metric"),
             registry,
         };
         for collector in [
@@ -105,6 +117,8 @@ impl Metrics {
             Box::new(metrics.collection_documents.clone()),
             Box::new(metrics.collection_sections.clone()),
             Box::new(metrics.collection_bytes.clone()),
+            Box::new(metrics.index_writers_open.clone()),
+            Box::new(metrics.index_writer_evictions.clone()),
         ] {
             metrics
                 .registry

@@ -3,23 +3,28 @@
 //! of gRPC.
 
 pub mod collection;
+mod parallel;
 pub mod schema;
+pub mod storage;
+pub mod writer_pool;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 pub use collection::{
-    CollectionIndex, DocumentRecord, SectionHit, SectionRecord, Snapshot, WriteOp,
+    CollectionIndex, CollectionWriterPool, DocumentRecord, SectionHit, SectionRecord, Snapshot,
+    WriteOp, WriterSettings,
 };
 
 use crate::error::{LatheError, Result};
 
 const SETTINGS_FILE: &str = "collection.json";
 const INDEX_DIR: &str = "index";
+/// Collections opened at once at start.
+const OPEN_THREADS: usize = 8;
 
 /// Per-collection settings as persisted in `collection.json`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,25 +48,35 @@ pub struct OpenCollection<T> {
 /// The collections under `data_dir/collections/`, each in a folder named after it.
 pub struct Catalog<T> {
     root: PathBuf,
-    writer_memory_bytes: usize,
-    commit_interval: Duration,
+    writer_settings: WriterSettings,
     dense_dim: Option<usize>,
     collections: RwLock<BTreeMap<String, Arc<OpenCollection<T>>>>,
+    /// Applies every collection's writes (declared last: dropped after the collections).
+    writer_pool: CollectionWriterPool,
 }
 
 impl<T> Catalog<T> {
-    /// Opens every collection found under `data_dir`; `attach` builds the service's part of each.
+    /// Opens every collection found under `data_dir` (several at once); `attach` builds the
+    /// service's part of each.
     pub fn open(
         data_dir: &Path,
-        writer_memory_bytes: usize,
-        commit_interval: Duration,
+        writer_settings: WriterSettings,
         dense_dim: Option<usize>,
-        attach: impl Fn(&str, &StoredSettings) -> Result<T>,
-    ) -> Result<Self> {
+        attach: impl Fn(&str, &StoredSettings) -> Result<T> + Sync,
+    ) -> Result<Self>
+    where
+        T: Send,
+    {
         let root = data_dir.join("collections");
         std::fs::create_dir_all(&root)
             .map_err(|e| LatheError::io(format!("creating {}", root.display()), e))?;
-        let mut collections = BTreeMap::new();
+        let writer_pool = CollectionWriterPool::new(
+            writer_settings.threads,
+            writer_settings.max_open_writers,
+            "lathe-writer",
+        )
+        .map_err(|e| LatheError::io("spawning the index writer threads", e))?;
+        let mut found = Vec::new();
         let entries = std::fs::read_dir(&root)
             .map_err(|e| LatheError::io(format!("listing {}", root.display()), e))?;
         for entry in entries {
@@ -74,31 +89,39 @@ impl<T> Catalog<T> {
                 let _ = std::fs::remove_dir_all(&path);
                 continue;
             }
+            found.push((name, path));
+        }
+        // Opening reads every index's metadata and rebuilds its dense graph: mostly waiting on
+        // the disk for many small collections, so a few at a time, whatever the core count.
+        let opened = parallel::map_in_parallel(found, OPEN_THREADS, |(name, path)| -> Result<_> {
             let settings: StoredSettings = read_settings(&path)?;
-            let index = CollectionIndex::open_or_create(
+            let index = CollectionIndex::open(
                 &path.join(INDEX_DIR),
-                writer_memory_bytes,
-                commit_interval,
+                &name,
                 dense_dim,
+                &writer_settings,
+                &writer_pool,
             )?;
             let extra = attach(&name, &settings)?;
             tracing::info!(collection = %name, generation = index.snapshot().generation, "opened collection");
-            collections.insert(
-                name.clone(),
-                Arc::new(OpenCollection {
-                    name,
-                    settings,
-                    index,
-                    extra,
-                }),
-            );
+            Ok(OpenCollection {
+                name,
+                settings,
+                index,
+                extra,
+            })
+        });
+        let mut collections = BTreeMap::new();
+        for collection in opened {
+            let collection = collection?;
+            collections.insert(collection.name.clone(), Arc::new(collection));
         }
         Ok(Self {
             root,
-            writer_memory_bytes,
-            commit_interval,
+            writer_settings,
             dense_dim,
             collections: RwLock::new(collections),
+            writer_pool,
         })
     }
 
@@ -135,20 +158,22 @@ impl<T> Catalog<T> {
             .map_err(|e| LatheError::io("creating the collection folder", e))?;
         write_settings(&staging, &settings)?;
         // Create the empty index on disk before the rename, then open it in place.
-        drop(CollectionIndex::open_or_create(
+        drop(CollectionIndex::open(
             &staging.join(INDEX_DIR),
-            self.writer_memory_bytes,
-            self.commit_interval,
+            name,
             self.dense_dim,
+            &self.writer_settings,
+            &self.writer_pool,
         )?);
         std::fs::rename(&staging, &target)
             .map_err(|e| LatheError::io("publishing the collection folder", e))?;
         sync_dir(&self.root)?;
-        let index = CollectionIndex::open_or_create(
+        let index = CollectionIndex::open(
             &target.join(INDEX_DIR),
-            self.writer_memory_bytes,
-            self.commit_interval,
+            name,
             self.dense_dim,
+            &self.writer_settings,
+            &self.writer_pool,
         )?;
         let collection = Arc::new(OpenCollection {
             name: name.to_string(),
@@ -180,11 +205,27 @@ impl<T> Catalog<T> {
         Ok(())
     }
 
-    /// Commits and stops every collection's writer.
+    /// Commits and stops every collection's writer (the pool's workers stop them side by side).
     pub fn shutdown(&self) {
-        for collection in self.list() {
-            collection.index.shutdown();
+        let collections = self.list();
+        let stopping: Vec<_> = collections
+            .iter()
+            .map(|collection| collection.index.begin_shutdown())
+            .collect();
+        for stopped in stopping {
+            let _ = stopped.recv();
         }
+    }
+
+    /// Index writers open now (each costs threads, a file lock and memory; see `WriterPool`).
+    pub fn open_writers(&self) -> usize {
+        self.writer_pool.open_writers()
+    }
+
+    /// Writers closed so far to make room for another collection's: rising steadily, it says
+    /// more collections are written at once than `storage.max_open_writers`.
+    pub fn writer_evictions(&self) -> u64 {
+        self.writer_pool.evictions()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<OpenCollection<T>>>> {

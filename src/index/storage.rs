@@ -1,0 +1,140 @@
+//! What went wrong when a collection's files could not be written. Tantivy reports a full disk
+//! as "An IO error occurred", a read-only filesystem as "Failed to acquire Lockfile", and wraps
+//! the operating system's error in half a dozen variants, some with the file's path; this finds
+//! the `io::Error` at the root and turns it into [`LatheError::Storage`], which names the
+//! collection, the file (or the index folder) and the cause, and maps to a status a client can
+//! act on.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use tantivy::directory::error::{LockError, OpenDirectoryError, OpenReadError, OpenWriteError};
+use tantivy::TantivyError;
+
+use crate::error::{LatheError, StorageFault};
+
+/// Tantivy's index writer lock, the first file a writer opens for writing.
+const WRITER_LOCK_FILE: &str = ".tantivy-writer.lock";
+
+/// `error`, met while writing the index in `folder` of `collection`, as a storage error when an
+/// I/O error is at its root; other errors are returned as they are.
+pub fn write_error(collection: &str, folder: &Path, error: TantivyError) -> LatheError {
+    let Some((io_error, file)) = io_root(&error) else {
+        return LatheError::Index(error);
+    };
+    LatheError::Storage {
+        collection: collection.to_string(),
+        path: match file {
+            Some(file) => folder.join(file),
+            None => folder.to_path_buf(),
+        },
+        fault: StorageFault::of(io_error),
+        cause: io_error.to_string(),
+    }
+}
+
+/// The same for a plain `io::Error` on `path`.
+pub fn io_write_error(collection: &str, path: &Path, error: &io::Error) -> LatheError {
+    LatheError::Storage {
+        collection: collection.to_string(),
+        path: path.to_path_buf(),
+        fault: StorageFault::of(error),
+        cause: error.to_string(),
+    }
+}
+
+/// The I/O error inside `error`, with the file it concerns when tantivy says (relative to the
+/// index folder, or absolute).
+fn io_root(error: &TantivyError) -> Option<(&io::Error, Option<PathBuf>)> {
+    Some(match error {
+        TantivyError::IoError(io_error) => (io_error.as_ref(), None),
+        TantivyError::OpenWriteError(OpenWriteError::IoError { io_error, filepath })
+        | TantivyError::OpenReadError(OpenReadError::IoError { io_error, filepath }) => {
+            (io_error.as_ref(), Some(filepath.clone()))
+        }
+        TantivyError::OpenDirectoryError(OpenDirectoryError::IoError {
+            io_error,
+            directory_path,
+        }) => (io_error.as_ref(), Some(directory_path.clone())),
+        TantivyError::LockFailure(LockError::IoError(io_error), _) => {
+            (io_error.as_ref(), Some(PathBuf::from(WRITER_LOCK_FILE)))
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn os_error(code: i32) -> Arc<io::Error> {
+        Arc::new(io::Error::from_raw_os_error(code))
+    }
+
+    #[test]
+    fn a_full_disk_names_the_file_and_the_cause() {
+        let error = TantivyError::OpenWriteError(OpenWriteError::IoError {
+            io_error: os_error(28),
+            filepath: PathBuf::from("abc.idx"),
+        });
+        let LatheError::Storage {
+            collection,
+            path,
+            fault,
+            cause,
+        } = write_error("docs", Path::new("/data/collections/docs/index"), error)
+        else {
+            panic!("not a storage error");
+        };
+        assert_eq!(collection, "docs");
+        assert_eq!(path, Path::new("/data/collections/docs/index/abc.idx"));
+        assert_eq!(fault, StorageFault::Full);
+        assert!(cause.contains("No space left on device"), "{cause}");
+    }
+
+    #[test]
+    fn a_read_only_filesystem_at_the_lock_names_the_lock_file() {
+        let error = TantivyError::LockFailure(LockError::IoError(os_error(30)), None);
+        let error = write_error("docs", Path::new("/d/index"), error);
+        assert!(
+            matches!(
+                &error,
+                LatheError::Storage { path, fault: StorageFault::ReadOnly, .. }
+                    if path == Path::new("/d/index/.tantivy-writer.lock")
+            ),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn permission_errors_and_plain_io_errors_are_classified() {
+        for (code, expected) in [
+            (1, StorageFault::PermissionDenied),
+            (13, StorageFault::PermissionDenied),
+            (122, StorageFault::Full),
+            (5, StorageFault::Other),
+        ] {
+            let error = write_error(
+                "docs",
+                Path::new("/d"),
+                TantivyError::IoError(os_error(code)),
+            );
+            assert!(
+                matches!(&error, LatheError::Storage { fault, path, .. } if *fault == expected && path == Path::new("/d")),
+                "os error {code}: {error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn errors_without_an_io_root_stay_index_errors() {
+        let error = write_error(
+            "docs",
+            Path::new("/d"),
+            TantivyError::InvalidArgument("x".into()),
+        );
+        assert!(matches!(error, LatheError::Index(_)), "{error:?}");
+    }
+}
