@@ -427,9 +427,9 @@ async fn a_full_disk_answers_resource_exhausted_and_writes_resume_when_space_ret
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_read_only_filesystem_answers_failed_precondition_and_reads_go_on() {
+async fn a_read_only_filesystem_answers_failed_precondition_and_reads_go_on_across_a_restart() {
     let root = tempfile::tempdir().unwrap();
-    let (mount, server, mut client) = server_on_tmpfs(root.path(), "64m").await;
+    let (mut mount, server, mut client) = server_on_tmpfs(root.path(), "64m").await;
     // A remount read-only needs every file closed for writing: the idle writer closes.
     wait_until("the writer closed", Duration::from_secs(60), || {
         metric(&server, "lathe_index_writers_open") == 0
@@ -446,6 +446,20 @@ async fn a_read_only_filesystem_answers_failed_precondition_and_reads_go_on() {
         );
     }
     assert_eq!(found(&mut client, "c", "lanterns").await, ["kept"]);
+
+    // Started on the read-only filesystem, the server serves reads and refuses writes alike.
+    stop(server);
+    let server = binary::start(&root.path().join("data"), &lexical(&[]));
+    mount.server_pid = Some(server.child.id());
+    let mut client = binary::connect(&server.address).await;
+    assert_eq!(found(&mut client, "c", "lanterns").await, ["kept"]);
+    let result = upsert_one(&mut client, "c", note("lost-3", "lanterns")).await;
+    assert_storage_error(
+        result,
+        Code::FailedPrecondition,
+        &mount.path,
+        "Read-only file system",
+    );
 
     mount.remount("rw");
     upsert_one(&mut client, "c", note("after", "lanterns"))

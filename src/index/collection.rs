@@ -195,7 +195,7 @@ impl CollectionIndex {
     ) -> Result<Self> {
         let (schema, fields) = schema::build_schema();
         std::fs::create_dir_all(path).map_err(|e| storage::io_write_error(name, path, &e))?;
-        let directory = tantivy::directory::MmapDirectory::open(path)
+        let directory = storage::IndexDirectory::open(path)
             .map_err(|e| LatheError::internal(format!("opening {}: {e}", path.display())))?;
         let index = Index::open_or_create(directory, schema)
             .map_err(|e| storage::write_error(name, path, e))?;

@@ -3,12 +3,20 @@
 //! the operating system's error in half a dozen variants, some with the file's path; this finds
 //! the `io::Error` at the root and turns it into [`LatheError::Storage`], which names the
 //! collection, the file (or the index folder) and the cause, and maps to a status a client can
-//! act on.
+//! act on. [`IndexDirectory`] lets a collection on a read-only filesystem still be opened and
+//! read.
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use tantivy::directory::error::{LockError, OpenDirectoryError, OpenReadError, OpenWriteError};
+use tantivy::directory::error::{
+    DeleteError, LockError, OpenDirectoryError, OpenReadError, OpenWriteError,
+};
+use tantivy::directory::{
+    Directory, DirectoryLock, FileHandle, FileSlice, Lock, MmapDirectory, WatchCallback,
+    WatchHandle, WritePtr, META_LOCK,
+};
 use tantivy::TantivyError;
 
 use crate::error::{LatheError, StorageFault};
@@ -40,6 +48,74 @@ pub fn io_write_error(collection: &str, path: &Path, error: &io::Error) -> Lathe
         path: path.to_path_buf(),
         fault: StorageFault::of(error),
         cause: error.to_string(),
+    }
+}
+
+/// A collection's index folder as tantivy sees it: an `MmapDirectory` whose meta lock is skipped
+/// on a read-only filesystem. Tantivy's reader takes that lock (by creating `.tantivy-meta.lock`)
+/// only so that a writer's garbage collection cannot delete segment files while it opens them;
+/// nothing deletes files from a read-only filesystem, so the collection opens and serves reads,
+/// and only writes fail (with the cause, see [`write_error`]).
+#[derive(Clone, Debug)]
+pub struct IndexDirectory {
+    inner: MmapDirectory,
+}
+
+impl IndexDirectory {
+    pub fn open(path: &Path) -> Result<Self, OpenDirectoryError> {
+        Ok(Self {
+            inner: MmapDirectory::open(path)?,
+        })
+    }
+}
+
+impl Directory for IndexDirectory {
+    fn get_file_handle(&self, path: &Path) -> Result<Arc<dyn FileHandle>, OpenReadError> {
+        self.inner.get_file_handle(path)
+    }
+
+    fn open_read(&self, path: &Path) -> Result<FileSlice, OpenReadError> {
+        self.inner.open_read(path)
+    }
+
+    fn delete(&self, path: &Path) -> Result<(), DeleteError> {
+        self.inner.delete(path)
+    }
+
+    fn exists(&self, path: &Path) -> Result<bool, OpenReadError> {
+        self.inner.exists(path)
+    }
+
+    fn open_write(&self, path: &Path) -> Result<WritePtr, OpenWriteError> {
+        self.inner.open_write(path)
+    }
+
+    fn atomic_read(&self, path: &Path) -> Result<Vec<u8>, OpenReadError> {
+        self.inner.atomic_read(path)
+    }
+
+    fn atomic_write(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        self.inner.atomic_write(path, data)
+    }
+
+    fn sync_directory(&self) -> io::Result<()> {
+        self.inner.sync_directory()
+    }
+
+    fn acquire_lock(&self, lock: &Lock) -> Result<DirectoryLock, LockError> {
+        match self.inner.acquire_lock(lock) {
+            Err(LockError::IoError(error))
+                if lock.filepath == META_LOCK.filepath
+                    && error.kind() == io::ErrorKind::ReadOnlyFilesystem =>
+            {
+                Ok(DirectoryLock::from(Box::new(())))
+            }
+            result => result,
+        }
+    }
+
+    fn watch(&self, watch_callback: WatchCallback) -> tantivy::Result<WatchHandle> {
+        self.inner.watch(watch_callback)
     }
 }
 
