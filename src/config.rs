@@ -79,8 +79,16 @@ pub struct StorageConfig {
     pub data_dir: PathBuf,
     /// Writes without `wait` are committed (made durable and visible) within this interval.
     pub commit_interval_ms: u64,
-    /// Memory budget of each collection's tantivy writer, in bytes.
+    /// Indexing arena of each open tantivy writer, in bytes.
     pub writer_memory_bytes: usize,
+    /// Threads that apply writes and commit, shared by every collection.
+    pub writer_threads: usize,
+    /// Tantivy writers open at once (each holds 3 threads, a file lock and up to
+    /// `writer_memory_bytes`); past it, the least recently used idle writer is committed and
+    /// closed to make room.
+    pub max_open_writers: usize,
+    /// A collection's writer is closed after this long without writes (milliseconds).
+    pub writer_idle_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -206,6 +214,9 @@ impl Default for StorageConfig {
             data_dir: PathBuf::from("./data"),
             commit_interval_ms: 1_000,
             writer_memory_bytes: 64 << 20,
+            writer_threads: 2,
+            max_open_writers: 8,
+            writer_idle_ms: 10_000,
         }
     }
 }
@@ -357,6 +368,22 @@ impl Config {
         check(
             self.storage.writer_memory_bytes >= 15 << 20,
             "storage.writer_memory_bytes must be at least 15 MiB (tantivy's minimum)",
+        )?;
+        check(
+            self.storage.writer_memory_bytes < (u32::MAX as usize) - 1_000_000,
+            "storage.writer_memory_bytes must be below 4293967295 (tantivy's maximum for one indexing thread)",
+        )?;
+        check(
+            (1..=64).contains(&self.storage.writer_threads),
+            "storage.writer_threads must be in 1..=64",
+        )?;
+        check(
+            self.storage.max_open_writers >= 1,
+            "storage.max_open_writers must be at least 1",
+        )?;
+        check(
+            self.storage.writer_idle_ms >= 1,
+            "storage.writer_idle_ms must be at least 1",
         )?;
         check(
             self.limits.max_message_bytes >= 1024,

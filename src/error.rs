@@ -67,6 +67,22 @@ pub enum LatheError {
         /// "pid 1234, started …", as the holder wrote it into the lock file.
         holder: String,
     },
+    /// Writing a collection's files failed for a reason outside Lathe: a full disk, a read-only
+    /// filesystem, a folder Lathe may not write, or another I/O error. Reads go on meanwhile.
+    #[error(
+        "collection `{collection}`: cannot write {}: {} ({cause}){}",
+        .path.display(),
+        .fault.what(),
+        .fault.advice()
+    )]
+    Storage {
+        collection: String,
+        /// The file or folder that could not be written.
+        path: PathBuf,
+        fault: StorageFault,
+        /// The operating system's words, e.g. "No space left on device (os error 28)".
+        cause: String,
+    },
     #[error("index error: {0}")]
     Index(#[from] tantivy::TantivyError),
     #[error("storage error: {context}: {source}")]
@@ -78,6 +94,52 @@ pub enum LatheError {
     /// A bug or an unexpected state: never the caller's fault.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Why a collection's files could not be written (see [`LatheError::Storage`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageFault {
+    /// ENOSPC or EDQUOT: no space (or quota) left.
+    Full,
+    /// EROFS: the filesystem is mounted read-only.
+    ReadOnly,
+    /// EACCES or EPERM: the folder's mode, owner or attributes (`chattr +i`) forbid writing.
+    PermissionDenied,
+    /// Any other I/O error (EIO, ...).
+    Other,
+}
+
+impl StorageFault {
+    pub fn of(error: &std::io::Error) -> Self {
+        use std::io::ErrorKind;
+        match error.kind() {
+            ErrorKind::StorageFull | ErrorKind::QuotaExceeded => Self::Full,
+            ErrorKind::ReadOnlyFilesystem => Self::ReadOnly,
+            ErrorKind::PermissionDenied => Self::PermissionDenied,
+            _ => Self::Other,
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Self::Full => "the disk is full",
+            Self::ReadOnly => "the filesystem is read-only",
+            Self::PermissionDenied => "permission denied",
+            Self::Other => "I/O error",
+        }
+    }
+
+    fn advice(self) -> &'static str {
+        match self {
+            Self::Full => "; writes resume by themselves once space is freed",
+            Self::ReadOnly => "; writes resume once it is mounted read-write",
+            Self::PermissionDenied => {
+                "; writes resume once Lathe's user may write the folder (check its owner, mode \
+                 and attributes such as chattr +i)"
+            }
+            Self::Other => "",
+        }
+    }
 }
 
 impl LatheError {
@@ -97,5 +159,25 @@ impl LatheError {
 
     pub fn internal(message: impl fmt::Display) -> Self {
         Self::Internal(message.to_string())
+    }
+
+    /// A copy for each of several callers waiting on one failed operation. Storage errors keep
+    /// their kind; the others (which hold non-cloneable sources) become UNAVAILABLE with the same
+    /// message.
+    pub fn for_another_caller(&self) -> Self {
+        match self {
+            Self::Storage {
+                collection,
+                path,
+                fault,
+                cause,
+            } => Self::Storage {
+                collection: collection.clone(),
+                path: path.clone(),
+                fault: *fault,
+                cause: cause.clone(),
+            },
+            other => Self::Unavailable(other.to_string()),
+        }
     }
 }

@@ -19,7 +19,7 @@ use crate::embed::{
 use crate::error::{LatheError, Result};
 use crate::index::{
     Catalog, CollectionEntry, DataDirLock, DocumentRecord, Fault, FaultKind, OpenCollection,
-    SectionRecord, StoredSettings, WriteOp,
+    SectionRecord, StoredSettings, WriteOp, WriterSettings,
 };
 use crate::pipeline::{analyze, coarse, pack, rechunk, score};
 use crate::sections::{self, Format};
@@ -89,11 +89,18 @@ impl Engine {
         let models_dir = config.models.dir.clone();
         let embedder = open_embedder(&config)?;
         let dense_dim = embedder.as_ref().map(|e| e.dim());
+        let storage = &config.storage;
+        let writer_settings = WriterSettings {
+            memory_bytes: storage.writer_memory_bytes,
+            commit_interval: Duration::from_millis(storage.commit_interval_ms),
+            idle_close: Duration::from_millis(storage.writer_idle_ms),
+            threads: storage.writer_threads,
+            max_open_writers: storage.max_open_writers,
+        };
         let catalog = Catalog::open(
             lock,
             &config.storage.data_dir,
-            config.storage.writer_memory_bytes,
-            Duration::from_millis(config.storage.commit_interval_ms),
+            writer_settings,
             dense_dim,
             |_, stored| {
                 runtime_for(stored, &models_dir)
@@ -122,9 +129,18 @@ impl Engine {
         &self.caches
     }
 
-    /// Publishes each collection's state and size to the metrics (called at scrape time).
+    /// Publishes each collection's state and size and the writers' state to the metrics
+    /// (called at scrape time).
     pub fn record_collection_metrics(&self) {
         let metrics = &self.metrics;
+        metrics
+            .index_writers_open
+            .set(self.catalog.open_writers() as i64);
+        let evictions = self.catalog.writer_evictions();
+        let counted = metrics.index_writer_evictions.get();
+        metrics
+            .index_writer_evictions
+            .inc_by(evictions.saturating_sub(counted));
         let infos: Vec<CollectionInfo> = self.catalog.entries().iter().map(Self::info).collect();
         let mut published = self
             .published_collections

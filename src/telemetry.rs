@@ -1,10 +1,11 @@
 //! Prometheus metrics, with bounded label sets: requests by RPC and status code, latency per RPC
 //! and per pipeline stage, cache hits and misses by cache, in-flight requests, embedding batches,
-//! collections by state, and per-collection sizes and faults (read at scrape time).
+//! collections by state, per-collection sizes and faults, and the index writers open (read at
+//! scrape time).
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Latency buckets from 100 µs to 10 s.
@@ -29,6 +30,8 @@ pub struct Metrics {
     pub collections: IntGaugeVec,
     /// 1 for a collection that cannot serve (damaged or offline), 0 for a ready one.
     pub collection_damaged: IntGaugeVec,
+    pub index_writers_open: IntGauge,
+    pub index_writer_evictions: IntCounter,
 }
 
 impl Metrics {
@@ -106,6 +109,16 @@ impl Metrics {
                 "1 when the collection cannot serve (damaged or offline; ListCollections gives the file and the cause), else 0",
                 &["collection"],
             ),
+            index_writers_open: IntGauge::new(
+                "index_writers_open",
+                "Collections holding an open index writer (at most storage.max_open_writers)",
+            )
+            .expect("static metric"),
+            index_writer_evictions: IntCounter::new(
+                "index_writer_evictions_total",
+                "Index writers committed and closed to make room for another collection's",
+            )
+            .expect("static metric"),
             registry,
         };
         for collector in [
@@ -121,6 +134,8 @@ impl Metrics {
             Box::new(metrics.collection_bytes.clone()),
             Box::new(metrics.collections.clone()),
             Box::new(metrics.collection_damaged.clone()),
+            Box::new(metrics.index_writers_open.clone()),
+            Box::new(metrics.index_writer_evictions.clone()),
         ] {
             metrics
                 .registry

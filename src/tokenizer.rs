@@ -2,9 +2,11 @@
 //! pass gives a text's [`TokenOffsets`]; counts of any span come from those offsets, and the final
 //! answer is recounted exactly with [`BudgetTokenizer::count`].
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::SystemTime;
 
 use tiktoken_rs::CoreBPE;
 use tokenizers::Tokenizer;
@@ -121,6 +123,24 @@ fn load_tokenizer_json(path: &Path, field: &str) -> Result<Arc<Tokenizer>> {
             ),
         ));
     }
+    // Collections share a tokenizer loaded from the same unchanged file: a MiniLM tokenizer
+    // costs megabytes and tens of milliseconds to parse, which a thousand collections of one
+    // tenant each would pay a thousand times at every start.
+    type Loaded = HashMap<PathBuf, (Option<(SystemTime, u64)>, Weak<Tokenizer>)>;
+    static LOADED: OnceLock<Mutex<Loaded>> = OnceLock::new();
+    let version = std::fs::metadata(path)
+        .ok()
+        .and_then(|m| Some((m.modified().ok()?, m.len())));
+    let loaded = LOADED.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some((loaded_version, tokenizer)) =
+        loaded.lock().unwrap_or_else(|p| p.into_inner()).get(path)
+    {
+        if version.is_some() && *loaded_version == version {
+            if let Some(tokenizer) = tokenizer.upgrade() {
+                return Ok(tokenizer);
+            }
+        }
+    }
     let mut tokenizer = Tokenizer::from_file(path).map_err(|error| {
         LatheError::invalid(field, format!("cannot load {}: {error}", path.display()))
     })?;
@@ -129,7 +149,12 @@ fn load_tokenizer_json(path: &Path, field: &str) -> Result<Arc<Tokenizer>> {
     tokenizer
         .with_truncation(None)
         .map_err(|error| LatheError::internal(format!("cannot disable truncation: {error}")))?;
-    Ok(Arc::new(tokenizer))
+    let tokenizer = Arc::new(tokenizer);
+    let mut loaded = loaded.lock().unwrap_or_else(|p| p.into_inner());
+    // Forget tokenizers no collection holds any more before remembering this one.
+    loaded.retain(|_, (_, held)| held.strong_count() > 0);
+    loaded.insert(path.to_path_buf(), (version, Arc::downgrade(&tokenizer)));
+    Ok(tokenizer)
 }
 
 #[cfg(test)]
@@ -138,6 +163,28 @@ pub(crate) mod tests {
 
     pub(crate) fn models_dir() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models")
+    }
+
+    #[test]
+    fn a_tokenizer_file_is_loaded_once_while_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer.json");
+        std::fs::copy(models_dir().join(MINILM_TOKENIZER_PATH), &path).unwrap();
+        let first = load_tokenizer_json(&path, "f").unwrap();
+        let second = load_tokenizer_json(&path, "f").unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &second),
+            "the same file was parsed twice"
+        );
+        // A changed file (here one byte longer) is read again.
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push('\n');
+        std::fs::write(&path, text).unwrap();
+        let third = load_tokenizer_json(&path, "f").unwrap();
+        assert!(
+            !Arc::ptr_eq(&first, &third),
+            "a changed file was not read again"
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use tonic::{Code, Status};
 
-use crate::error::LatheError;
+use crate::error::{LatheError, StorageFault};
 
 impl From<LatheError> for Status {
     fn from(error: LatheError) -> Self {
@@ -32,6 +32,20 @@ impl From<LatheError> for Status {
             },
             // Refused at start, before any call is served; mapped for completeness.
             LatheError::DataDirLocked { .. } => Code::FailedPrecondition,
+            // Disk full: retrying after space is freed succeeds, as for any exhausted resource.
+            LatheError::Storage {
+                fault: StorageFault::Full,
+                ..
+            } => Code::ResourceExhausted,
+            // Retrying is useless until an operator changes the mount or the folder.
+            LatheError::Storage {
+                fault: StorageFault::ReadOnly | StorageFault::PermissionDenied,
+                ..
+            } => Code::FailedPrecondition,
+            LatheError::Storage {
+                fault: StorageFault::Other,
+                ..
+            } => Code::Unavailable,
             LatheError::Index(_) | LatheError::Io { .. } | LatheError::Internal(_) => {
                 tracing::error!(%error, "internal error");
                 Code::Internal
@@ -86,6 +100,25 @@ mod tests {
         assert_eq!(
             status.message(),
             "invalid `top_k`: is 0; the allowed range is 1..=100"
+        );
+    }
+
+    fn storage(fault: StorageFault) -> LatheError {
+        LatheError::Storage {
+            collection: "docs".into(),
+            path: "/data/collections/docs/index".into(),
+            fault,
+            cause: "No space left on device (os error 28)".into(),
+        }
+    }
+
+    #[test]
+    fn a_storage_error_names_the_collection_the_path_and_the_cause() {
+        let status = Status::from(storage(StorageFault::Full));
+        assert_eq!(
+            status.message(),
+            "collection `docs`: cannot write /data/collections/docs/index: the disk is full \
+             (No space left on device (os error 28)); writes resume by themselves once space is freed"
         );
     }
 
@@ -165,6 +198,13 @@ mod tests {
                 Code::ResourceExhausted,
             ),
             (LatheError::internal("bug"), Code::Internal),
+            (storage(StorageFault::Full), Code::ResourceExhausted),
+            (storage(StorageFault::ReadOnly), Code::FailedPrecondition),
+            (
+                storage(StorageFault::PermissionDenied),
+                Code::FailedPrecondition,
+            ),
+            (storage(StorageFault::Other), Code::Unavailable),
         ];
         for (error, code) in cases {
             assert_eq!(Status::from(error).code(), code);

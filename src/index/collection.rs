@@ -10,12 +10,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tantivy::collector::{Count, TopDocs};
+use tantivy::indexer::IndexWriterOptions;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
 use tantivy::schema::{IndexRecordOption, Value};
 use tantivy::{
@@ -24,6 +23,8 @@ use tantivy::{
 use tokio::sync::oneshot;
 
 use super::schema::{self, SectionFields, HEADING_SEPARATOR, METADATA_SEPARATOR};
+use super::storage;
+use super::writer_pool::{JobState, Permit, SlotHandle, WriterJob, WriterPool};
 use crate::dense::{DenseIndex, DenseIndexConfig};
 use crate::embed::QuantizedVectors;
 use crate::error::{LatheError, Result};
@@ -103,44 +104,101 @@ pub struct SectionHit {
     pub sentence_vectors: Vec<u8>,
 }
 
-enum WriterCommand {
+pub enum WriterCommand {
     Apply {
         ops: Vec<WriteOp>,
         /// `Some` for a `wait` write: answered with the generation once durable and visible.
         done: Option<oneshot::Sender<Result<u64>>>,
     },
-    Shutdown,
+    /// Commit what is held, close the writer and finish; `done` is dropped once that is over.
+    Shutdown { done: std::sync::mpsc::Sender<()> },
 }
+
+/// How the writers of every collection behave (from `[storage]` in the configuration).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriterSettings {
+    /// Indexing arena of one open writer, in bytes (tantivy's minimum is 15 MB).
+    pub memory_bytes: usize,
+    /// Writes without `wait` are committed within this long.
+    pub commit_interval: Duration,
+    /// An open writer with nothing to commit is closed after this long without writes.
+    pub idle_close: Duration,
+    /// Worker threads shared by every collection's writes and commits.
+    pub threads: usize,
+    /// Index writers open at once; past that, the least recently used idle one is closed.
+    pub max_open_writers: usize,
+}
+
+/// The shared writer workers (one per catalog).
+pub type CollectionWriterPool = WriterPool<CollectionWriter>;
 
 pub struct CollectionIndex {
     index: Index,
     fields: SectionFields,
     snapshot: Arc<RwLock<Arc<Snapshot>>>,
-    commands: mpsc::Sender<WriterCommand>,
-    writer_thread: std::sync::Mutex<Option<JoinHandle<()>>>,
+    writer: SlotHandle<CollectionWriter>,
     path: PathBuf,
     /// Section vectors (when the neural stage is on); kept in step with the snapshot by the writer.
     dense: Option<Arc<RwLock<DenseIndex>>>,
     /// See [`CollectionIndex::changes`].
     changes: Arc<AtomicU64>,
+    /// The pool of a standalone index (see [`CollectionIndex::open_or_create`]); dropped after
+    /// the writer finished.
+    own_pool: Option<CollectionWriterPool>,
 }
 
 impl CollectionIndex {
-    /// Opens the index in `path`, creating it when absent.
-    /// `dense_dim`: the dimension of section vectors when the neural stage is on; the dense index
-    /// is rebuilt from the vectors stored in tantivy, the one source of truth.
+    /// Opens the index in `path`, creating it when absent, with a private writer pool of one
+    /// thread (for tools and tests that open one index; the server's catalog shares one pool
+    /// among all collections, see [`CollectionIndex::open`]).
     pub fn open_or_create(
         path: &Path,
         writer_memory_bytes: usize,
         commit_interval: Duration,
         dense_dim: Option<usize>,
     ) -> Result<Self> {
+        let settings = WriterSettings {
+            memory_bytes: writer_memory_bytes,
+            commit_interval,
+            idle_close: Duration::from_secs(60),
+            threads: 1,
+            max_open_writers: 1,
+        };
+        let pool = WriterPool::new(1, 1, "lathe-writer")
+            .map_err(|e| LatheError::io("spawning the index writer thread", e))?;
+        // `collections/<name>/index` in a data dir; any other folder names itself.
+        let folder_name = |path: &Path| {
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        let name = match path.parent() {
+            Some(parent) if path.ends_with("index") => folder_name(parent),
+            _ => folder_name(path),
+        };
+        let mut index = Self::open(path, &name, dense_dim, &settings, &pool)?;
+        index.own_pool = Some(pool);
+        Ok(index)
+    }
+
+    /// Opens the index of collection `name` in `path`, creating it when absent; its writes are
+    /// applied by `pool`, whose workers open a tantivy writer only while the collection is
+    /// being written. `dense_dim`: the dimension of section vectors when the neural stage is
+    /// on; the dense index is rebuilt from the vectors stored in tantivy, the one source of
+    /// truth.
+    pub fn open(
+        path: &Path,
+        name: &str,
+        dense_dim: Option<usize>,
+        settings: &WriterSettings,
+        pool: &CollectionWriterPool,
+    ) -> Result<Self> {
         let (schema, fields) = schema::build_schema();
-        std::fs::create_dir_all(path)
-            .map_err(|e| LatheError::io(format!("creating {}", path.display()), e))?;
-        let directory = tantivy::directory::MmapDirectory::open(path)
+        std::fs::create_dir_all(path).map_err(|e| storage::io_write_error(name, path, &e))?;
+        let directory = storage::IndexDirectory::open(path)
             .map_err(|e| LatheError::internal(format!("opening {}: {e}", path.display())))?;
-        let index = Index::open_or_create(directory, schema)?;
+        let index = Index::open_or_create(directory, schema)
+            .map_err(|e| storage::write_error(name, path, e))?;
         schema::register_analyzer(&index);
         let reader: IndexReader = index
             .reader_builder()
@@ -159,41 +217,32 @@ impl CollectionIndex {
                 dim,
             )?))),
         };
-        let writer: IndexWriter = index.writer(writer_memory_bytes)?;
-        let (commands, receiver) = mpsc::channel();
-        let thread_snapshot = Arc::clone(&snapshot);
-        let thread_dense = dense.clone();
         let changes = Arc::new(AtomicU64::new(0));
-        let thread_changes = Arc::clone(&changes);
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let writer_thread = std::thread::Builder::new()
-            .name(format!("lathe-writer-{name}"))
-            .spawn(move || {
-                WriterLoop {
-                    writer,
-                    reader,
-                    fields,
-                    snapshot: thread_snapshot,
-                    commit_interval,
-                    dense: thread_dense,
-                    pending_dense: HashMap::new(),
-                    changes: thread_changes,
-                }
-                .run(receiver)
-            })
-            .map_err(|e| LatheError::io("spawning the index writer thread", e))?;
+        let writer = pool.register(CollectionWriter {
+            collection: name.to_string(),
+            path: path.to_path_buf(),
+            index: index.clone(),
+            settings: settings.clone(),
+            writer: None,
+            reader,
+            fields,
+            snapshot: Arc::clone(&snapshot),
+            dense: dense.clone(),
+            pending_dense: HashMap::new(),
+            changes: Arc::clone(&changes),
+            waiters: Vec::new(),
+            dirty_since: None,
+            last_write: Instant::now(),
+        });
         Ok(Self {
             index,
             fields,
             snapshot,
-            commands,
-            writer_thread: std::sync::Mutex::new(Some(writer_thread)),
+            writer,
             path: path.to_path_buf(),
             dense,
             changes,
+            own_pool: None,
         })
     }
 
@@ -230,23 +279,25 @@ impl CollectionIndex {
         } else {
             (None, None)
         };
-        self.commands
-            .send(WriterCommand::Apply { ops, done })
+        self.writer
+            .submit(WriterCommand::Apply { ops, done })
             .map_err(|_| LatheError::Unavailable("the collection's writer has stopped".into()))?;
         Ok(receiver)
     }
 
+    /// Asks the writer to commit what it holds and stop; [`CollectionIndex::shutdown`] waits for
+    /// it. Asking every collection first lets the pool's workers stop them side by side.
+    pub fn begin_shutdown(&self) -> std::sync::mpsc::Receiver<()> {
+        let (done, finished) = std::sync::mpsc::channel();
+        // Refused when already stopped: `done` is dropped, so waiting returns at once.
+        let _ = self.writer.submit(WriterCommand::Shutdown { done });
+        finished
+    }
+
     /// Stops the writer after committing what it holds.
     pub fn shutdown(&self) {
-        let _ = self.commands.send(WriterCommand::Shutdown);
-        let handle = self
-            .writer_thread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(handle) = handle {
-            let _ = handle.join();
-        }
+        // Returns when the writer drops `done` (after its last commit), whatever the outcome.
+        let _ = self.begin_shutdown().recv();
     }
 
     /// Analysed terms of `text`, deduplicated, in first-seen order.
@@ -596,59 +647,137 @@ fn constant_zero(query: impl Query) -> Box<dyn Query> {
 /// A section's dense-index key and vector.
 type KeyedVector = (u64, Vec<f32>);
 
-struct WriterLoop {
-    writer: IndexWriter,
+/// One collection's writer, run by the shared [`WriterPool`]: applies writes in order, commits
+/// them in groups (at once for `wait` writes, else within the commit interval) and swaps in the
+/// new snapshot. Its tantivy `IndexWriter` (one indexing thread, one merge thread, the segment
+/// updater, an arena of `memory_bytes` and a file lock) is opened on the first write and closed
+/// once the collection has been idle for `idle_close`, so an idle collection costs no thread.
+pub struct CollectionWriter {
+    collection: String,
+    /// The index folder, named in storage errors.
+    path: PathBuf,
+    index: Index,
+    settings: WriterSettings,
+    /// Open only while the collection is being written (and holds a pool permit meanwhile).
+    writer: Option<IndexWriter>,
     reader: IndexReader,
     fields: SectionFields,
     snapshot: Arc<RwLock<Arc<Snapshot>>>,
-    commit_interval: Duration,
     dense: Option<Arc<RwLock<DenseIndex>>>,
     /// Documents written since the last commit: their new section vectors, or `None` if deleted.
     pending_dense: HashMap<String, Option<Vec<KeyedVector>>>,
     /// See [`CollectionIndex::changes`].
     changes: Arc<AtomicU64>,
+    /// `wait` writes applied but not yet committed.
+    waiters: Vec<oneshot::Sender<Result<u64>>>,
+    /// When the oldest uncommitted write was applied.
+    dirty_since: Option<Instant>,
+    /// When the last command arrived, for closing the writer once idle.
+    last_write: Instant,
 }
 
-impl WriterLoop {
-    fn run(mut self, receiver: mpsc::Receiver<WriterCommand>) {
-        let mut waiters: Vec<oneshot::Sender<Result<u64>>> = Vec::new();
-        // When the oldest uncommitted write was applied.
-        let mut dirty_since: Option<Instant> = None;
-        loop {
-            let command = match dirty_since {
-                Some(since) => {
-                    let remaining = self.commit_interval.saturating_sub(since.elapsed());
-                    receiver.recv_timeout(remaining)
-                }
-                None => receiver.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            };
-            let shutdown = match command {
-                Ok(WriterCommand::Apply { ops, done }) => {
-                    self.apply(ops, done, &mut waiters, &mut dirty_since);
-                    // Group commit: take whatever else is already queued before committing.
-                    let mut shutdown = false;
-                    while let Ok(command) = receiver.try_recv() {
-                        match command {
-                            WriterCommand::Apply { ops, done } => {
-                                self.apply(ops, done, &mut waiters, &mut dirty_since)
-                            }
-                            WriterCommand::Shutdown => shutdown = true,
-                        }
-                    }
-                    shutdown
-                }
-                Ok(WriterCommand::Shutdown) | Err(RecvTimeoutError::Disconnected) => true,
-                Err(RecvTimeoutError::Timeout) => false,
-            };
-            let interval_passed =
-                dirty_since.is_some_and(|since| since.elapsed() >= self.commit_interval);
-            if !waiters.is_empty() || interval_passed || (shutdown && dirty_since.is_some()) {
-                self.commit(&mut waiters);
-                dirty_since = None;
+impl WriterJob for CollectionWriter {
+    type Command = WriterCommand;
+
+    fn run(&mut self, commands: Vec<WriterCommand>, permit: &mut Permit<'_, Self>) -> JobState {
+        let mut shutdown: Vec<std::sync::mpsc::Sender<()>> = Vec::new();
+        if !commands.is_empty() {
+            self.last_write = Instant::now();
+        }
+        // Group commit: everything queued since the last run is applied before committing.
+        for command in commands {
+            match command {
+                WriterCommand::Apply { ops, done } => self.apply(ops, done, permit),
+                WriterCommand::Shutdown { done } => shutdown.push(done),
             }
-            if shutdown {
-                return;
-            }
+        }
+        let interval_passed = self
+            .dirty_since
+            .is_some_and(|since| since.elapsed() >= self.settings.commit_interval);
+        let stopping = !shutdown.is_empty();
+        if !self.waiters.is_empty() || interval_passed || (stopping && self.dirty_since.is_some()) {
+            self.commit();
+        }
+        if stopping {
+            self.close_index_writer();
+            return JobState {
+                writer_open: false,
+                wake_at: None,
+                finished: true,
+            };
+        }
+        if self.dirty_since.is_none() && self.last_write.elapsed() >= self.settings.idle_close {
+            self.close_index_writer();
+        }
+        self.state()
+    }
+
+    fn close_writer(&mut self) -> JobState {
+        if self.dirty_since.is_some() {
+            self.commit();
+        }
+        self.close_index_writer();
+        self.state()
+    }
+}
+
+impl CollectionWriter {
+    fn state(&self) -> JobState {
+        let wake_at = match (self.dirty_since, &self.writer) {
+            (Some(since), _) => Some(since + self.settings.commit_interval),
+            (None, Some(_)) => Some(self.last_write + self.settings.idle_close),
+            (None, None) => None,
+        };
+        JobState {
+            writer_open: self.writer.is_some(),
+            wake_at,
+            finished: false,
+        }
+    }
+
+    /// Opens the tantivy writer if it is closed (taking a pool permit first).
+    fn ensure_index_writer(&mut self, permit: &mut Permit<'_, Self>) -> Result<()> {
+        if self.writer.is_some() {
+            return Ok(());
+        }
+        permit.acquire();
+        // One indexing thread and one merge thread: writes to one collection come from one
+        // worker anyway, and many collections may have a writer open at once.
+        let options = IndexWriterOptions::builder()
+            .num_worker_threads(1)
+            .num_merge_threads(1)
+            .memory_budget_per_thread(self.settings.memory_bytes)
+            .build();
+        let writer = self
+            .index
+            .writer_with_options(options)
+            .map_err(|e| storage::write_error(&self.collection, &self.path, e))?;
+        tracing::debug!(collection = %self.collection, "index writer opened");
+        self.writer = Some(writer);
+        Ok(())
+    }
+
+    /// Closes the tantivy writer after its merges finished (uncommitted writes must have been
+    /// committed or abandoned before).
+    fn close_index_writer(&mut self) {
+        let Some(writer) = self.writer.take() else {
+            return;
+        };
+        if let Err(error) = writer.wait_merging_threads() {
+            tracing::warn!(collection = %self.collection, %error, "a merge failed while closing the index writer");
+        }
+        tracing::debug!(collection = %self.collection, "index writer closed");
+    }
+
+    /// Drops the tantivy writer and everything uncommitted after a failure, and answers every
+    /// waiter with `error`. The next write opens a fresh writer, so it meets the real cause (a
+    /// full disk, a read-only mount) again rather than a writer killed by the last one.
+    fn abandon_uncommitted(&mut self, error: &LatheError) {
+        drop(self.writer.take());
+        self.pending_dense.clear();
+        self.dirty_since = None;
+        for waiter in self.waiters.drain(..) {
+            let _ = waiter.send(Err(error.for_another_caller()));
         }
     }
 
@@ -656,40 +785,60 @@ impl WriterLoop {
         &mut self,
         ops: Vec<WriteOp>,
         done: Option<oneshot::Sender<Result<u64>>>,
-        waiters: &mut Vec<oneshot::Sender<Result<u64>>>,
-        dirty_since: &mut Option<Instant>,
+        permit: &mut Permit<'_, Self>,
     ) {
-        let result = ops.into_iter().try_for_each(|op| self.apply_one(op));
-        dirty_since.get_or_insert_with(Instant::now);
-        match (result, done) {
-            (Ok(()), Some(done)) => waiters.push(done),
-            (Ok(()), None) => {}
-            (Err(error), done) => {
-                tracing::error!(%error, "applying a write failed, rolling back uncommitted writes");
-                // Roll back so that no half-applied batch can be committed later.
-                if let Err(rollback_error) = self.writer.rollback() {
-                    tracing::error!(%rollback_error, "rollback failed");
-                }
-                self.pending_dense.clear();
-                *dirty_since = None;
-                for waiter in waiters.drain(..) {
-                    let _ = waiter.send(Err(LatheError::Unavailable(format!(
-                        "write rolled back: {error}"
-                    ))));
-                }
-                if let Some(done) = done {
-                    let _ = done.send(Err(error));
-                }
+        let result = if ops.is_empty() {
+            Ok(())
+        } else {
+            self.ensure_index_writer(permit)
+                .and_then(|()| ops.into_iter().try_for_each(|op| self.apply_one(op)))
+        };
+        let Err(error) = result else {
+            self.dirty_since.get_or_insert_with(Instant::now);
+            if let Some(done) = done {
+                self.waiters.push(done);
             }
+            return;
+        };
+        let error = self.cause_of_failed_write(error);
+        tracing::error!(collection = %self.collection, %error, "applying a write failed, dropping uncommitted writes");
+        // Drop the writer so that no half-applied batch can be committed later.
+        self.abandon_uncommitted(&error);
+        if let Some(done) = done {
+            let _ = done.send(Err(error));
+        }
+    }
+
+    /// A writer whose indexing thread died (on a full disk, when its arena filled and it
+    /// flushed a segment) answers every later write with "An index writer was killed"; the
+    /// thread's own error comes back only when it is joined, which preparing a commit does.
+    fn cause_of_failed_write(&mut self, error: LatheError) -> LatheError {
+        if !matches!(
+            error,
+            LatheError::Index(tantivy::TantivyError::ErrorInThread(_))
+        ) {
+            return error;
+        }
+        let Some(writer) = self.writer.as_mut() else {
+            return error;
+        };
+        match writer.prepare_commit() {
+            // Never committed: the writer is dropped right after.
+            Ok(_prepared) => error,
+            Err(cause) => storage::write_error(&self.collection, &self.path, cause),
         }
     }
 
     fn apply_one(&mut self, op: WriteOp) -> Result<()> {
         let fields = self.fields;
+        let Some(writer) = &self.writer else {
+            return Err(LatheError::internal(
+                "a write was applied with no index writer open",
+            ));
+        };
         match op {
             WriteOp::Delete { doc_id } => {
-                self.writer
-                    .delete_term(Term::from_field_text(fields.doc_id, &doc_id));
+                writer.delete_term(Term::from_field_text(fields.doc_id, &doc_id));
                 // The commit tombstones the document's section vectors too: left live in hnsw,
                 // they would crowd the live sections out of the nearest neighbours.
                 if self.dense.is_some() {
@@ -697,8 +846,7 @@ impl WriterLoop {
                 }
             }
             WriteOp::Upsert(document) => {
-                self.writer
-                    .delete_term(Term::from_field_text(fields.doc_id, &document.doc_id));
+                writer.delete_term(Term::from_field_text(fields.doc_id, &document.doc_id));
                 let metadata_json = serde_json::to_string(&document.metadata)
                     .map_err(|e| LatheError::internal(format!("serialising metadata: {e}")))?;
                 let title_prefix = document.title.clone();
@@ -746,48 +894,65 @@ impl WriterLoop {
                         doc.add_bytes(fields.sentence_vectors, &section.sentence_vectors);
                         doc.add_bytes(fields.section_vector, &section.section_vector);
                     }
-                    self.writer.add_document(doc)?;
+                    writer
+                        .add_document(doc)
+                        .map_err(|e| storage::write_error(&self.collection, &self.path, e))?;
                 }
             }
         }
         Ok(())
     }
 
-    fn commit(&mut self, waiters: &mut Vec<oneshot::Sender<Result<u64>>>) {
+    /// Commits what was applied, answers the waiters, and on failure drops the writer and the
+    /// uncommitted writes (see [`CollectionWriter::abandon_uncommitted`]).
+    fn commit(&mut self) {
+        self.dirty_since = None;
+        if self.writer.is_none() {
+            // Closed writer: everything applied was committed (a sync waits for nothing).
+            let generation = self
+                .snapshot
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .generation;
+            for waiter in self.waiters.drain(..) {
+                let _ = waiter.send(Ok(generation));
+            }
+            return;
+        }
         // The sections these documents had before this commit, read from the last snapshot.
         let replaced_keys = self.replaced_section_keys();
         // Odd from here until the new snapshot is in place (or the commit failed).
         self.changes.fetch_add(1, Ordering::SeqCst);
-        let result = self
-            .writer
-            .commit()
-            .map_err(LatheError::from)
-            .and_then(|opstamp| {
-                // Dense index first, then the new snapshot: a query never sees a section whose
-                // vector is missing (stale neighbours are dropped by the tantivy lookup).
-                self.apply_dense(replaced_keys)?;
-                self.reader.reload()?;
-                let snapshot = Arc::new(Snapshot {
-                    searcher: self.reader.searcher(),
-                    generation: opstamp,
-                });
-                *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = snapshot;
-                Ok(opstamp)
+        let committed = match self.writer.as_mut() {
+            Some(writer) => writer
+                .commit()
+                .map_err(|e| storage::write_error(&self.collection, &self.path, e)),
+            None => Err(LatheError::internal("no index writer to commit")),
+        };
+        let result = committed.and_then(|opstamp| {
+            // Dense index first, then the new snapshot: a query never sees a section whose
+            // vector is missing (stale neighbours are dropped by the tantivy lookup).
+            self.apply_dense(replaced_keys)?;
+            self.reader.reload()?;
+            let snapshot = Arc::new(Snapshot {
+                searcher: self.reader.searcher(),
+                generation: opstamp,
             });
+            *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = snapshot;
+            Ok(opstamp)
+        });
         self.changes.fetch_add(1, Ordering::SeqCst);
-        match &result {
-            Ok(generation) => tracing::debug!(generation, waiters = waiters.len(), "committed"),
-            Err(error) => {
-                tracing::error!(%error, "commit failed, rolling back");
-                let _ = self.writer.rollback();
-                self.pending_dense.clear();
+        match result {
+            Ok(generation) => {
+                tracing::debug!(generation, waiters = self.waiters.len(), "committed");
+                for waiter in self.waiters.drain(..) {
+                    let _ = waiter.send(Ok(generation));
+                }
             }
-        }
-        for waiter in waiters.drain(..) {
-            let _ = waiter.send(match &result {
-                Ok(generation) => Ok(*generation),
-                Err(error) => Err(LatheError::Unavailable(format!("commit failed: {error}"))),
-            });
+            Err(error) => {
+                tracing::error!(collection = %self.collection, %error, "commit failed, dropping uncommitted writes");
+                self.abandon_uncommitted(&error);
+            }
         }
     }
 

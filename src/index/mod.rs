@@ -21,18 +21,21 @@
 
 pub mod collection;
 pub mod lock;
+mod parallel;
 pub mod schema;
+pub mod storage;
+pub mod writer_pool;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 pub use collection::{
-    CollectionIndex, DocumentRecord, SectionHit, SectionRecord, Snapshot, WriteOp,
+    CollectionIndex, CollectionWriterPool, DocumentRecord, SectionHit, SectionRecord, Snapshot,
+    WriteOp, WriterSettings,
 };
 pub use lock::DataDirLock;
 
@@ -47,6 +50,8 @@ const CREATING_PREFIX: &str = ".creating-";
 const DELETING_PREFIX: &str = ".deleting-";
 /// The longest cause a fault keeps: tantivy quotes a whole garbled meta.json in its message.
 const MAX_CAUSE_CHARS: usize = 400;
+/// Collections opened at once at start.
+const OPEN_THREADS: usize = 8;
 
 /// 1 to 64 characters of `[A-Za-z0-9_-]`: safe as a folder name, never hidden, never a path.
 pub fn is_valid_collection_name(name: &str) -> bool {
@@ -171,8 +176,7 @@ impl<T> CollectionEntry<T> {
 /// The collections under `data_dir/collections/`, each in a folder named after it.
 pub struct Catalog<T> {
     root: PathBuf,
-    writer_memory_bytes: usize,
-    commit_interval: Duration,
+    writer_settings: WriterSettings,
     dense_dim: Option<usize>,
     entries: RwLock<BTreeMap<String, CollectionEntry<T>>>,
     /// Serialises creates and deletes, so that each checks and changes the folders and the
@@ -182,6 +186,8 @@ pub struct Catalog<T> {
     /// Held from `open` until `shutdown`: no other server opens these collections meanwhile,
     /// which is also what makes a staging folder found at open a leftover of a dead process.
     lock: Mutex<Option<DataDirLock>>,
+    /// Applies every collection's writes (declared last: dropped after the collections).
+    writer_pool: CollectionWriterPool,
 }
 
 /// What `open` finds in the collections folder.
@@ -195,99 +201,75 @@ enum Found {
     Unknown(&'static str),
 }
 
+/// What opening one collection needs, shared by the threads that open them at start.
+struct Opener<'a> {
+    root: &'a Path,
+    writer_settings: &'a WriterSettings,
+    writer_pool: &'a CollectionWriterPool,
+    dense_dim: Option<usize>,
+}
+
 impl<T> Catalog<T> {
-    /// Opens every collection found under `data_dir`; `attach` builds the service's part of each,
-    /// or says why it cannot (the collection is then listed as faulted). Only a collections
-    /// folder that cannot be created or listed is an error: one collection never stops the rest.
+    /// Opens every collection found under `data_dir` (several at once); `attach` builds the
+    /// service's part of each, or says why it cannot (the collection is then listed as faulted).
+    /// Only a collections folder that cannot be created or listed is an error: one collection
+    /// never stops the rest.
     pub fn open(
         lock: DataDirLock,
         data_dir: &Path,
-        writer_memory_bytes: usize,
-        commit_interval: Duration,
+        writer_settings: WriterSettings,
         dense_dim: Option<usize>,
-        attach: impl Fn(&str, &StoredSettings) -> Result<T, Fault>,
-    ) -> Result<Self> {
+        attach: impl Fn(&str, &StoredSettings) -> Result<T, Fault> + Sync,
+    ) -> Result<Self>
+    where
+        T: Send + Sync,
+    {
         let root = data_dir.join(COLLECTIONS_DIR);
         std::fs::create_dir_all(&root)
             .map_err(|e| LatheError::io(format!("creating {}", root.display()), e))?;
-        let catalog = Self {
-            root,
-            writer_memory_bytes,
-            commit_interval,
-            dense_dim,
-            entries: RwLock::new(BTreeMap::new()),
-            changing: Mutex::new(()),
-            lock: Mutex::new(Some(lock)),
-        };
-        let listing = std::fs::read_dir(&catalog.root)
-            .map_err(|e| LatheError::io(format!("listing {}", catalog.root.display()), e))?;
-        let mut entries = BTreeMap::new();
+        let writer_pool = CollectionWriterPool::new(
+            writer_settings.threads,
+            writer_settings.max_open_writers,
+            "lathe-writer",
+        )
+        .map_err(|e| LatheError::io("spawning the index writer threads", e))?;
+        let listing = std::fs::read_dir(&root)
+            .map_err(|e| LatheError::io(format!("listing {}", root.display()), e))?;
+        let mut names = Vec::new();
         for item in listing {
             let item =
-                item.map_err(|e| LatheError::io(format!("listing {}", catalog.root.display()), e))?;
+                item.map_err(|e| LatheError::io(format!("listing {}", root.display()), e))?;
             let path = item.path();
             match classify(&item) {
-                Found::Collection(name) => {
-                    let entry = catalog.open_collection(&name, &attach);
-                    entries.insert(name, entry);
-                }
+                Found::Collection(name) => names.push(name),
                 Found::Leftover => remove_leftover(&path),
                 Found::Unknown(why) => {
                     tracing::warn!(path = %path.display(), why, "not a collection; left as it is")
                 }
             }
         }
-        *catalog.entries.write().unwrap_or_else(|p| p.into_inner()) = entries;
-        Ok(catalog)
-    }
-
-    /// Opens the collection in `root/name`, or says why it cannot serve.
-    fn open_collection(
-        &self,
-        name: &str,
-        attach: &impl Fn(&str, &StoredSettings) -> Result<T, Fault>,
-    ) -> CollectionEntry<T> {
-        let folder = self.root.join(name);
-        let faulted = |fault: Fault, settings: Option<StoredSettings>| {
-            tracing::error!(collection = %name, file = %fault.path.display(), cause = %fault.cause, kind = ?fault.kind, "collection cannot be opened; it is kept as found and the other collections serve");
-            CollectionEntry::Faulted(Arc::new(FaultedCollection {
-                name: name.to_string(),
-                fault,
-                settings,
-                open: None,
-            }))
+        // Opening reads every index's metadata and verifies its files: mostly waiting on the disk
+        // for many small collections, so a few at a time, whatever the core count.
+        let opener = Opener {
+            root: &root,
+            writer_settings: &writer_settings,
+            writer_pool: &writer_pool,
+            dense_dim,
         };
-        let settings = match read_settings(&folder) {
-            Ok(settings) => settings,
-            Err(fault) => return faulted(fault, None),
-        };
-        let index_dir = folder.join(INDEX_DIR);
-        // `open_or_create` would make an empty index where the metadata is missing, and tantivy's
-        // next commit would then collect the old segment files as garbage.
-        if let Err(fault) = check_index_meta(&index_dir) {
-            return faulted(fault, Some(settings));
-        }
-        // Before the index: a collection that cannot serve never starts a writer on its files.
-        let extra = match attach(name, &settings) {
-            Ok(extra) => extra,
-            Err(fault) => return faulted(fault, Some(settings)),
-        };
-        let index = match CollectionIndex::open_or_create(
-            &index_dir,
-            self.writer_memory_bytes,
-            self.commit_interval,
-            self.dense_dim,
-        ) {
-            Ok(index) => index,
-            Err(error) => return faulted(diagnose_index(&index_dir, &error), Some(settings)),
-        };
-        tracing::info!(collection = %name, generation = index.snapshot().generation, "opened collection");
-        CollectionEntry::Ready(Arc::new(OpenCollection {
-            name: name.to_string(),
-            settings,
-            index,
-            extra,
-        }))
+        let opened = parallel::map_in_parallel(names, OPEN_THREADS, |name| {
+            let entry = opener.open_collection(&name, &attach);
+            (name, entry)
+        });
+        let entries: BTreeMap<_, _> = opened.into_iter().collect();
+        Ok(Self {
+            root,
+            writer_settings,
+            dense_dim,
+            entries: RwLock::new(entries),
+            changing: Mutex::new(()),
+            lock: Mutex::new(Some(lock)),
+            writer_pool,
+        })
     }
 
     /// The open collection `name`, or why there is none to serve.
@@ -364,11 +346,12 @@ impl<T> Catalog<T> {
             self.unpublish_or_log(name, &target, &staging);
             return Err(error);
         }
-        let index = match CollectionIndex::open_or_create(
+        let index = match CollectionIndex::open(
             &target.join(INDEX_DIR),
-            self.writer_memory_bytes,
-            self.commit_interval,
+            name,
             self.dense_dim,
+            &self.writer_settings,
+            &self.writer_pool,
         ) {
             Ok(index) => index,
             Err(error) => {
@@ -407,11 +390,12 @@ impl<T> Catalog<T> {
             source,
         })?;
         // Create the empty index on disk before the rename; it is opened in place afterwards.
-        drop(CollectionIndex::open_or_create(
+        drop(CollectionIndex::open(
             &staging.join(INDEX_DIR),
-            self.writer_memory_bytes,
-            self.commit_interval,
+            name,
             self.dense_dim,
+            &self.writer_settings,
+            &self.writer_pool,
         )?);
         Ok(())
     }
@@ -500,14 +484,33 @@ impl<T> Catalog<T> {
         );
     }
 
-    /// Commits and stops every collection's writer, then releases the data dir.
+    /// Commits and stops every collection's writer (the pool's workers stop them side by side),
+    /// then releases the data dir.
     pub fn shutdown(&self) {
-        for entry in self.entries() {
-            if let Some(open) = entry.open_collection() {
-                open.index.shutdown();
-            }
+        let stopping: Vec<_> = self
+            .entries()
+            .iter()
+            .filter_map(|entry| {
+                entry
+                    .open_collection()
+                    .map(|open| open.index.begin_shutdown())
+            })
+            .collect();
+        for stopped in stopping {
+            let _ = stopped.recv();
         }
         drop(self.lock.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    /// Index writers open now (each costs threads, a file lock and memory; see `WriterPool`).
+    pub fn open_writers(&self) -> usize {
+        self.writer_pool.open_writers()
+    }
+
+    /// Writers closed so far to make room for another collection's: rising steadily, it says
+    /// more collections are written at once than `storage.max_open_writers`.
+    pub fn writer_evictions(&self) -> u64 {
+        self.writer_pool.evictions()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, CollectionEntry<T>>> {
@@ -516,6 +519,58 @@ impl<T> Catalog<T> {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, CollectionEntry<T>>> {
         self.entries.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Opener<'_> {
+    /// Opens the collection in `root/name`, or says why it cannot serve.
+    fn open_collection<T>(
+        &self,
+        name: &str,
+        attach: &impl Fn(&str, &StoredSettings) -> Result<T, Fault>,
+    ) -> CollectionEntry<T> {
+        let folder = self.root.join(name);
+        let faulted = |fault: Fault, settings: Option<StoredSettings>| {
+            tracing::error!(collection = %name, file = %fault.path.display(), cause = %fault.cause, kind = ?fault.kind, "collection cannot be opened; it is kept as found and the other collections serve");
+            CollectionEntry::Faulted(Arc::new(FaultedCollection {
+                name: name.to_string(),
+                fault,
+                settings,
+                open: None,
+            }))
+        };
+        let settings = match read_settings(&folder) {
+            Ok(settings) => settings,
+            Err(fault) => return faulted(fault, None),
+        };
+        let index_dir = folder.join(INDEX_DIR);
+        // `CollectionIndex::open` would make an empty index where the metadata is missing, and tantivy's
+        // next commit would then collect the old segment files as garbage.
+        if let Err(fault) = check_index_meta(&index_dir) {
+            return faulted(fault, Some(settings));
+        }
+        // Before the index: a collection that cannot serve never starts a writer on its files.
+        let extra = match attach(name, &settings) {
+            Ok(extra) => extra,
+            Err(fault) => return faulted(fault, Some(settings)),
+        };
+        let index = match CollectionIndex::open(
+            &index_dir,
+            name,
+            self.dense_dim,
+            self.writer_settings,
+            self.writer_pool,
+        ) {
+            Ok(index) => index,
+            Err(error) => return faulted(diagnose_index(&index_dir, &error), Some(settings)),
+        };
+        tracing::info!(collection = %name, generation = index.snapshot().generation, "opened collection");
+        CollectionEntry::Ready(Arc::new(OpenCollection {
+            name: name.to_string(),
+            settings,
+            index,
+            extra,
+        }))
     }
 }
 
@@ -678,18 +733,17 @@ mod tests {
 
     fn open_with(
         data_dir: &Path,
-        attach: impl Fn(&str, &StoredSettings) -> Result<(), Fault>,
+        attach: impl Fn(&str, &StoredSettings) -> Result<(), Fault> + Sync,
     ) -> Catalog<()> {
         let lock = DataDirLock::acquire(data_dir).unwrap();
-        Catalog::open(
-            lock,
-            data_dir,
-            15 << 20,
-            Duration::from_secs(3600),
-            None,
-            attach,
-        )
-        .unwrap()
+        let writer_settings = WriterSettings {
+            memory_bytes: 15 << 20,
+            commit_interval: std::time::Duration::from_secs(3600),
+            idle_close: std::time::Duration::from_secs(60),
+            threads: 1,
+            max_open_writers: 2,
+        };
+        Catalog::open(lock, data_dir, writer_settings, None, attach).unwrap()
     }
 
     fn fault_of(catalog: &Catalog<()>, name: &str) -> Fault {

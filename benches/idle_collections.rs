@@ -1,0 +1,359 @@
+//! What idle collections cost: runs the real `lathe serve` binary, creates N collections of one
+//! tiny document each, and reports while the server is idle its resident memory, threads
+//! (`/proc/PID/status`), open descriptors (`/proc/PID/fd`) and memory maps; then stops it cleanly (SIGTERM),
+//! starts it again and times how long until every collection answers `GetCollection`, and samples
+//! the same figures after the restart. Restarts are repeated and reported as a median.
+//!
+//! Run (release binary first; lexical mode, as in issue 11, unless `--dense` says otherwise):
+//! ```text
+//! cargo build --release --locked
+//! cargo bench --bench idle_collections -- --collections 1000 --binary target/release/lathe
+//! ```
+//! Options: `--collections N` (1000), `--binary PATH` (target/release/lathe), `--models-dir DIR`
+//! (./models), `--dense off|static|minilm` (off), `--restarts R` (3), `--settle-seconds S` (15:
+//! how long the server is left alone before the idle samples, longer than the writers' idle
+//! close of 10 s by default), `--data-dir DIR` (a fresh temporary folder), `--env NAME=VALUE`
+//! (repeatable: extra `LATHE_*` settings for the server).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use lathe::api::proto;
+use lathe::api::proto::lathe_client::LatheClient;
+use tonic::transport::{Channel, Endpoint};
+
+struct Options {
+    collections: usize,
+    binary: PathBuf,
+    models_dir: PathBuf,
+    dense: String,
+    restarts: usize,
+    settle: Duration,
+    data_dir: Option<PathBuf>,
+    env: Vec<(String, String)>,
+}
+
+fn parse_options() -> Options {
+    let mut options = Options {
+        collections: 1000,
+        binary: PathBuf::from("target/release/lathe"),
+        models_dir: PathBuf::from("models"),
+        dense: "off".to_string(),
+        restarts: 3,
+        settle: Duration::from_secs(15),
+        data_dir: None,
+        env: Vec::new(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| panic!("{arg} needs a value"));
+        match arg.as_str() {
+            // `cargo bench` passes `--bench` to every bench target.
+            "--bench" => {}
+            "--collections" => options.collections = value().parse().expect("--collections N"),
+            "--binary" => options.binary = PathBuf::from(value()),
+            "--models-dir" => options.models_dir = PathBuf::from(value()),
+            "--dense" => options.dense = value(),
+            "--restarts" => options.restarts = value().parse().expect("--restarts R"),
+            "--settle-seconds" => {
+                options.settle = Duration::from_secs(value().parse().expect("--settle-seconds S"))
+            }
+            "--data-dir" => options.data_dir = Some(PathBuf::from(value())),
+            "--env" => {
+                let pair = value();
+                let (name, value) = pair.split_once('=').expect("--env NAME=VALUE");
+                options.env.push((name.to_string(), value.to_string()));
+            }
+            other => panic!("unknown option {other}"),
+        }
+    }
+    options
+}
+
+struct Server {
+    child: Child,
+    address: String,
+    /// From spawn to the "lathe serving" log line.
+    started_in: Duration,
+    log: mpsc::Receiver<String>,
+}
+
+fn start(options: &Options, data_dir: &Path) -> Server {
+    let started = Instant::now();
+    let mut child = Command::new(&options.binary)
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .arg("--models-dir")
+        .arg(&options.models_dir)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("LATHE_MODELS__DENSE", &options.dense)
+        .env("LATHE_LOG__FILTER", "info")
+        .envs(options.env.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", options.binary.display()));
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (line_tx, log) = mpsc::channel();
+    // Drains the log (a line per collection at start) so that the server never blocks on it.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = line_tx.send(line);
+        }
+    });
+    let address = loop {
+        let line = log
+            .recv_timeout(Duration::from_secs(600))
+            .expect("the server did not log `lathe serving` within 10 minutes");
+        if line.contains("lathe serving") {
+            break line
+                .split("\"address\":\"")
+                .nth(1)
+                .map(|rest| rest.chars().take_while(|c| *c != '"').collect::<String>())
+                .expect("address in the serving line");
+        }
+    };
+    Server {
+        child,
+        address,
+        started_in: started.elapsed(),
+        log,
+    }
+}
+
+async fn connect(address: &str) -> LatheClient<Channel> {
+    let channel = Endpoint::from_shared(format!("http://{address}"))
+        .expect("address")
+        .connect()
+        .await
+        .expect("connect");
+    LatheClient::new(channel)
+}
+
+/// Idle figures of process `pid`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Usage {
+    rss_kib: u64,
+    threads: u64,
+    fds: u64,
+    /// Memory mappings (`/proc/PID/maps` lines): tantivy maps each index file, and the kernel
+    /// caps mappings per process (`vm.max_map_count`, 65530 by default).
+    maps: u64,
+}
+
+fn usage(pid: u32) -> Usage {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|entries| entries.count() as u64)
+        .unwrap_or(0);
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map(|maps| maps.lines().count() as u64)
+        .unwrap_or(0);
+    Usage {
+        rss_kib: field("VmRSS:"),
+        threads: field("Threads:"),
+        fds,
+        maps,
+    }
+}
+
+/// Five samples one second apart after `settle`; the median of each figure.
+fn idle_usage(pid: u32, settle: Duration) -> Usage {
+    std::thread::sleep(settle);
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        samples.push(usage(pid));
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let median = |f: fn(&Usage) -> u64| {
+        let mut values: Vec<u64> = samples.iter().map(f).collect();
+        values.sort_unstable();
+        values[values.len() / 2]
+    };
+    Usage {
+        rss_kib: median(|u| u.rss_kib),
+        threads: median(|u| u.threads),
+        fds: median(|u| u.fds),
+        maps: median(|u| u.maps),
+    }
+}
+
+fn name_of(i: usize) -> String {
+    format!("tenant-{i:05}")
+}
+
+async fn create_all(client: &LatheClient<Channel>, collections: usize) {
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let mut client = client.clone();
+        let next = std::sync::Arc::clone(&next);
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= collections {
+                    return;
+                }
+                let name = name_of(i);
+                client
+                    .create_collection(proto::CreateCollectionRequest {
+                        name: name.clone(),
+                        settings: None,
+                    })
+                    .await
+                    .expect("create collection");
+                client
+                    .upsert_documents(proto::UpsertDocumentsRequest {
+                        collection: name,
+                        documents: vec![proto::Document {
+                            id: "only".into(),
+                            title: "A tiny document".into(),
+                            text: format!("Tenant {i} keeps one short note about its invoices."),
+                            ..Default::default()
+                        }],
+                        wait: true,
+                    })
+                    .await
+                    .expect("upsert");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("create task");
+    }
+}
+
+/// Asks every collection for its stats, 8 at a time; panics unless each has its document.
+async fn check_all(client: &LatheClient<Channel>, collections: usize) {
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let mut client = client.clone();
+        let next = std::sync::Arc::clone(&next);
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= collections {
+                    return;
+                }
+                let stats = client
+                    .get_collection(proto::GetCollectionRequest { name: name_of(i) })
+                    .await
+                    .expect("get collection")
+                    .into_inner()
+                    .stats
+                    .expect("stats");
+                assert_eq!(stats.documents, 1, "{} lost its document", name_of(i));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("check task");
+    }
+}
+
+fn stop(server: &mut Server) -> Duration {
+    let started = Instant::now();
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(status.success());
+    let exit = server.child.wait().expect("wait for lathe");
+    assert!(exit.success(), "lathe exited with {exit}");
+    // Leftover log lines are of no interest.
+    while server.log.try_recv().is_ok() {}
+    started.elapsed()
+}
+
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort_unstable();
+    values[values.len() / 2]
+}
+
+fn report(label: &str, usage: Usage) {
+    println!(
+        "{label}: RSS {:.0} MiB, {} threads, {} fds, {} memory maps",
+        usage.rss_kib as f64 / 1024.0,
+        usage.threads,
+        usage.fds,
+        usage.maps
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let options = parse_options();
+    let temporary = tempfile::tempdir().expect("temporary data dir");
+    let data_dir = options
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| temporary.path().to_path_buf());
+    println!(
+        "idle_collections: {} collections of one tiny document, dense = {}, binary {}",
+        options.collections,
+        options.dense,
+        options.binary.display()
+    );
+
+    let mut server = start(&options, &data_dir);
+    let baseline = usage(server.child.id());
+    report("empty server", baseline);
+    let client = connect(&server.address).await;
+    let created = Instant::now();
+    create_all(&client, options.collections).await;
+    println!(
+        "created {} collections in {:.1} s",
+        options.collections,
+        created.elapsed().as_secs_f64()
+    );
+    report("just after the writes", usage(server.child.id()));
+    report(
+        &format!("idle ({} s after the writes)", options.settle.as_secs()),
+        idle_usage(server.child.id(), options.settle),
+    );
+    drop(client);
+
+    let mut stops = Vec::new();
+    let mut restarts = Vec::new();
+    let mut serving = Vec::new();
+    let mut after_restart = Usage::default();
+    for round in 0..options.restarts {
+        stops.push(stop(&mut server));
+        let started = Instant::now();
+        server = start(&options, &data_dir);
+        let client = connect(&server.address).await;
+        check_all(&client, options.collections).await;
+        restarts.push(started.elapsed());
+        serving.push(server.started_in);
+        println!(
+            "restart {round}: stopped in {:.2} s, serving after {:.2} s, every collection answered after {:.2} s",
+            stops[round].as_secs_f64(),
+            server.started_in.as_secs_f64(),
+            restarts[round].as_secs_f64()
+        );
+        if round + 1 == options.restarts {
+            after_restart = idle_usage(server.child.id(), Duration::from_secs(2));
+        }
+    }
+    report("idle after a restart", after_restart);
+    println!(
+        "median over {} restarts: stop {:.2} s, start to serving {:.2} s, start to every collection answering {:.2} s",
+        options.restarts,
+        median(stops).as_secs_f64(),
+        median(serving).as_secs_f64(),
+        median(restarts).as_secs_f64()
+    );
+    stop(&mut server);
+}

@@ -1,0 +1,496 @@
+//! Faults on the write side, against the real `lathe serve` binary and real files (issue 11,
+//! items 8 and 5; rows of docs/faults.md):
+//! - idle collections hold no writer threads and no open files: the server's threads and
+//!   descriptors with 200 idle collections stay within a constant of an empty server's, and
+//!   after a burst of writes to many collections they fall back once the writers close;
+//! - a full disk answers RESOURCE_EXHAUSTED, a read-only filesystem and an immutable index folder
+//!   FAILED_PRECONDITION, each naming the collection, the path and the operating system's cause,
+//!   on every write (never "index writer was killed"); reads go on meanwhile and writes resume by
+//!   themselves once the fault is gone.
+//!
+//! The storage tests put `data_dir/collections` on a small tmpfs (mounting needs root, which CI
+//! and the development machines have); a guard unmounts it even when the test panics.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::binary::{self, Server};
+use common::*;
+use lathe::api::proto;
+use lathe::api::proto::lathe_client::LatheClient;
+use tonic::transport::Channel;
+use tonic::Code;
+
+type Client = LatheClient<Channel>;
+
+/// Lexical mode: the writer's costs without a model's.
+fn lexical(extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    let mut variables = vec![("LATHE_MODELS__DENSE", "off".to_string())];
+    variables.extend(extra.iter().map(|(name, value)| (*name, value.to_string())));
+    variables
+}
+
+/// Threads and open descriptors of a process, from /proc.
+#[derive(Clone, Copy, Debug)]
+struct Usage {
+    threads: u64,
+    fds: u64,
+}
+
+fn usage(server: &Server) -> Usage {
+    let pid = server.child.id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let threads = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:"))
+        .and_then(|rest| rest.trim().parse().ok())
+        .expect("Threads: in /proc status");
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("/proc fd")
+        .count() as u64;
+    Usage { threads, fds }
+}
+
+/// One value of the Prometheus endpoint (a plain HTTP/1.0 GET).
+fn metric(server: &Server, name: &str) -> i64 {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect(&server.metrics_address).expect("metrics connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: lathe\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).expect("metrics response");
+    let prefix = format!("{name} ");
+    body.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{body}"))
+}
+
+/// Polls `condition` every 50 ms until it holds; panics with `what` after `limit`.
+fn wait_until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !condition() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn stop(mut server: Server) {
+    binary::sigterm(&server.child);
+    let status = binary::wait_for_exit(&mut server.child, Duration::from_secs(120));
+    assert!(status.success(), "lathe exited with {status}");
+}
+
+fn collection_name(i: usize) -> String {
+    format!("tenant-{i:04}")
+}
+
+fn note(id: &str, word: &str) -> proto::Document {
+    document(
+        id,
+        &format!("A short note about {word} and the ledger of {id}."),
+        proto::DocumentFormat::Plain,
+    )
+}
+
+async fn upsert_one(
+    client: &mut Client,
+    collection: &str,
+    doc: proto::Document,
+) -> Result<(), tonic::Status> {
+    client
+        .upsert_documents(proto::UpsertDocumentsRequest {
+            collection: collection.to_string(),
+            documents: vec![doc],
+            wait: true,
+        })
+        .await
+        .map(|_| ())
+}
+
+/// The ids of the documents a Retrieve for `query` finds in `collection`.
+async fn found(client: &mut Client, collection: &str, query: &str) -> Vec<String> {
+    let response = client
+        .retrieve(retrieve_request(collection, query, 512))
+        .await
+        .expect("retrieve")
+        .into_inner();
+    let mut ids: Vec<String> = response.chunks.into_iter().map(|c| c.doc_id).collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// Creates `count` collections, `per_collection` notes each, from 4 clients at once.
+async fn create_and_fill(client: &Client, count: usize, per_collection: usize) {
+    let mut tasks = Vec::new();
+    for worker in 0..4 {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (worker..count).step_by(4) {
+                let name = collection_name(i);
+                create_collection(&mut client, &name).await;
+                for n in 0..per_collection {
+                    upsert_one(&mut client, &name, note(&format!("n{n}"), "invoices"))
+                        .await
+                        .expect("upsert");
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("writer task");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_collections_hold_no_writer_threads_and_no_open_files() {
+    const COLLECTIONS: usize = 200;
+    // An empty server, connected and asked once: the baseline.
+    let empty_dir = tempfile::tempdir().unwrap();
+    let empty = binary::start(empty_dir.path(), &lexical(&[]));
+    let mut client = binary::connect(&empty.address).await;
+    client
+        .list_collections(proto::ListCollectionsRequest {})
+        .await
+        .expect("list");
+    let baseline = usage(&empty);
+    drop(client);
+    stop(empty);
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = binary::start(dir.path(), &lexical(&[]));
+    let client = binary::connect(&server.address).await;
+    create_and_fill(&client, COLLECTIONS, 1).await;
+    drop(client);
+    stop(server);
+
+    // After a restart every collection is open and answers, and none has been written.
+    let server = binary::start(dir.path(), &lexical(&[]));
+    let mut client = binary::connect(&server.address).await;
+    for i in 0..COLLECTIONS {
+        let stats = collection_stats(&mut client, &collection_name(i)).await;
+        assert_eq!(stats.documents, 1, "{} lost its note", collection_name(i));
+    }
+    assert_eq!(
+        found(&mut client, &collection_name(COLLECTIONS - 1), "invoices").await,
+        ["n0"]
+    );
+    let idle = usage(&server);
+    // A thread or a descriptor per collection would be 200 more of each.
+    assert!(
+        idle.threads <= baseline.threads + 4,
+        "{COLLECTIONS} idle collections: {} threads; an empty server has {}",
+        idle.threads,
+        baseline.threads
+    );
+    assert!(
+        idle.fds <= baseline.fds + 8,
+        "{COLLECTIONS} idle collections: {} open descriptors; an empty server has {}",
+        idle.fds,
+        baseline.fds
+    );
+    assert_eq!(metric(&server, "lathe_index_writers_open"), 0);
+    stop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_burst_of_writes_to_many_collections_the_writers_close_and_threads_fall_back() {
+    const COLLECTIONS: usize = 24;
+    const MAX_OPEN_WRITERS: u64 = 4;
+    // Tantivy's writer: one indexing thread, the segment updater, one merge thread.
+    const THREADS_PER_WRITER: u64 = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let server = binary::start(
+        dir.path(),
+        &lexical(&[
+            ("LATHE_STORAGE__WRITER_IDLE_MS", "200"),
+            ("LATHE_STORAGE__MAX_OPEN_WRITERS", "4"),
+        ]),
+    );
+    let mut client = binary::connect(&server.address).await;
+    for i in 0..COLLECTIONS {
+        create_collection(&mut client, &collection_name(i)).await;
+    }
+    let before = usage(&server);
+
+    // A sampler records the most threads seen while every collection is written at once.
+    let pid = server.child.id();
+    let (stop_sampling, sampling) = std::sync::mpsc::channel::<()>();
+    let sampler = std::thread::spawn(move || {
+        let mut most = 0u64;
+        while sampling.try_recv().is_err() {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            let threads: u64 = status
+                .lines()
+                .find_map(|line| line.strip_prefix("Threads:"))
+                .and_then(|rest| rest.trim().parse().ok())
+                .unwrap();
+            most = most.max(threads);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        most
+    });
+    let mut tasks = Vec::new();
+    for i in 0..COLLECTIONS {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 0..5 {
+                upsert_one(
+                    &mut client,
+                    &collection_name(i),
+                    note(&format!("n{n}"), "burst"),
+                )
+                .await
+                .expect("upsert during the burst");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("burst task");
+    }
+    stop_sampling.send(()).unwrap();
+    let most_threads = sampler.join().unwrap();
+
+    // More collections were written at once than writers may be open: some were closed to
+    // make room, and every write still landed.
+    assert!(metric(&server, "lathe_index_writer_evictions_total") > 0);
+    for i in 0..COLLECTIONS {
+        let stats = collection_stats(&mut client, &collection_name(i)).await;
+        assert_eq!(stats.documents, 5, "{}", collection_name(i));
+    }
+    assert!(
+        most_threads <= before.threads + MAX_OPEN_WRITERS * THREADS_PER_WRITER + 4,
+        "{most_threads} threads during the burst; {} before it, at most {MAX_OPEN_WRITERS} writers of {THREADS_PER_WRITER} threads",
+        before.threads
+    );
+    // Idle again: the writers close, their threads and lock files go.
+    wait_until("every writer closed", Duration::from_secs(60), || {
+        metric(&server, "lathe_index_writers_open") == 0
+    });
+    wait_until(
+        "threads and descriptors back to their level before the burst",
+        Duration::from_secs(60),
+        || {
+            let now = usage(&server);
+            now.threads <= before.threads + 2 && now.fds <= before.fds + 2
+        },
+    );
+    stop(server);
+}
+
+/// A tmpfs mounted for one test; unmounted on drop, even when the test panics.
+struct Tmpfs {
+    path: PathBuf,
+    /// The server using it, killed first when the test panics (it would keep the mount busy).
+    server_pid: Option<u32>,
+}
+
+impl Tmpfs {
+    fn mount(path: &Path, size: &str) -> Self {
+        std::fs::create_dir_all(path).unwrap();
+        run(
+            "mount",
+            &["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"],
+            path,
+        );
+        Self {
+            path: path.to_path_buf(),
+            server_pid: None,
+        }
+    }
+
+    fn remount(&self, mode: &str) {
+        run("mount", &["-o", &format!("remount,{mode}")], &self.path);
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        if let (true, Some(pid)) = (std::thread::panicking(), self.server_pid) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+        // Immutable files would survive an unmount of anything but a tmpfs; clear them anyway.
+        let _ = Command::new("chattr")
+            .arg("-R")
+            .arg("-i")
+            .arg(&self.path)
+            .status();
+        let unmounted = Command::new("umount")
+            .arg(&self.path)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !unmounted {
+            // Still busy (a server killed by a panic may not have exited yet): detach it.
+            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+        }
+    }
+}
+
+fn run(program: &str, args: &[&str], path: &Path) {
+    let output = Command::new(program)
+        .args(args)
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} {} failed (these tests need root): {}",
+        path.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A server whose `collections` folder is a tmpfs of `size`, with collection `c` holding the
+/// note `kept`. Writers close after 200 ms idle, so a remount finds no file open for writing.
+async fn server_on_tmpfs(root: &Path, size: &str) -> (Tmpfs, Server, Client) {
+    let data_dir = root.join("data");
+    let mut mount = Tmpfs::mount(&data_dir.join("collections"), size);
+    let server = binary::start(
+        &data_dir,
+        &lexical(&[("LATHE_STORAGE__WRITER_IDLE_MS", "200")]),
+    );
+    mount.server_pid = Some(server.child.id());
+    let mut client = binary::connect(&server.address).await;
+    create_collection(&mut client, "c").await;
+    upsert_one(&mut client, "c", note("kept", "lanterns"))
+        .await
+        .expect("the first write");
+    (mount, server, client)
+}
+
+/// The write is refused with `code`, naming the collection, a path under `folder` and `cause`.
+fn assert_storage_error(result: Result<(), tonic::Status>, code: Code, folder: &Path, cause: &str) {
+    let status = result.expect_err("the write must fail");
+    let message = status.message();
+    assert_eq!(status.code(), code, "{message}");
+    assert!(message.contains("collection `c`"), "{message}");
+    assert!(message.contains(&folder.display().to_string()), "{message}");
+    assert!(message.contains(cause), "{message}");
+    assert!(!message.contains("killed"), "{message}");
+}
+
+/// Fills the filesystem of `folder` to the last byte; returns the filler file.
+fn fill(folder: &Path) -> PathBuf {
+    use std::io::Write;
+    let path = folder.join("filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    for chunk in [1 << 20, 4096, 1] {
+        let bytes = vec![0u8; chunk];
+        while file.write_all(&bytes).is_ok() {}
+    }
+    let _ = file.sync_all();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_answers_resource_exhausted_and_writes_resume_when_space_returns() {
+    let root = tempfile::tempdir().unwrap();
+    let (mount, server, mut client) = server_on_tmpfs(root.path(), "16m").await;
+    let filler = fill(&mount.path);
+
+    // Every write says what is wrong, not only the first.
+    for id in ["lost-1", "lost-2", "lost-3"] {
+        let result = upsert_one(&mut client, "c", note(id, "lanterns")).await;
+        assert_storage_error(
+            result,
+            Code::ResourceExhausted,
+            &mount.path,
+            "No space left on device",
+        );
+    }
+    // Reads go on.
+    assert_eq!(found(&mut client, "c", "lanterns").await, ["kept"]);
+    assert_eq!(collection_stats(&mut client, "c").await.documents, 1);
+
+    std::fs::remove_file(filler).unwrap();
+    upsert_one(&mut client, "c", note("after", "lanterns"))
+        .await
+        .expect("a write once space is back");
+    // The refused writes were not half-applied, nor applied later.
+    assert_eq!(found(&mut client, "c", "lanterns").await, ["after", "kept"]);
+    stop(server);
+    let server = binary::start(&root.path().join("data"), &lexical(&[]));
+    let mut client = binary::connect(&server.address).await;
+    assert_eq!(found(&mut client, "c", "lanterns").await, ["after", "kept"]);
+    stop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_filesystem_answers_failed_precondition_and_reads_go_on_across_a_restart() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut mount, server, mut client) = server_on_tmpfs(root.path(), "64m").await;
+    // A remount read-only needs every file closed for writing: the idle writer closes.
+    wait_until("the writer closed", Duration::from_secs(60), || {
+        metric(&server, "lathe_index_writers_open") == 0
+    });
+    mount.remount("ro");
+
+    for id in ["lost-1", "lost-2"] {
+        let result = upsert_one(&mut client, "c", note(id, "lanterns")).await;
+        assert_storage_error(
+            result,
+            Code::FailedPrecondition,
+            &mount.path,
+            "Read-only file system",
+        );
+    }
+    assert_eq!(found(&mut client, "c", "lanterns").await, ["kept"]);
+
+    // Started on the read-only filesystem, the server serves reads and refuses writes alike.
+    stop(server);
+    let server = binary::start(&root.path().join("data"), &lexical(&[]));
+    mount.server_pid = Some(server.child.id());
+    let mut client = binary::connect(&server.address).await;
+    assert_eq!(found(&mut client, "c", "lanterns").await, ["kept"]);
+    let result = upsert_one(&mut client, "c", note("lost-3", "lanterns")).await;
+    assert_storage_error(
+        result,
+        Code::FailedPrecondition,
+        &mount.path,
+        "Read-only file system",
+    );
+
+    mount.remount("rw");
+    upsert_one(&mut client, "c", note("after", "lanterns"))
+        .await
+        .expect("a write once the filesystem is writable");
+    assert_eq!(found(&mut client, "c", "lanterns").await, ["after", "kept"]);
+    stop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_immutable_index_folder_answers_failed_precondition_with_the_cause() {
+    let root = tempfile::tempdir().unwrap();
+    let (mount, server, mut client) = server_on_tmpfs(root.path(), "64m").await;
+    let index_folder = mount.path.join("c/index");
+    run("chattr", &["+i"], &index_folder);
+
+    for id in ["lost-1", "lost-2"] {
+        let result = upsert_one(&mut client, "c", note(id, "lanterns")).await;
+        assert_storage_error(
+            result,
+            Code::FailedPrecondition,
+            &index_folder,
+            "Operation not permitted",
+        );
+    }
+    assert_eq!(found(&mut client, "c", "lanterns").await, ["kept"]);
+
+    run("chattr", &["-i"], &index_folder);
+    upsert_one(&mut client, "c", note("after", "lanterns"))
+        .await
+        .expect("a write once the folder is writable");
+    assert_eq!(found(&mut client, "c", "lanterns").await, ["after", "kept"]);
+    stop(server);
+}
