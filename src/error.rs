@@ -40,9 +40,33 @@ pub enum LatheError {
         #[source]
         source: std::io::Error,
     },
+    /// Stored data failed verification (a file's checksum, a section's checksum, or a stored
+    /// section that does not decode): the data cannot be returned as it was written. `documents`
+    /// names the documents concerned when they are known (empty when the whole collection is).
+    #[error("{}", data_loss_message(collection, documents, detail))]
+    DataLoss {
+        collection: String,
+        documents: Vec<String>,
+        detail: String,
+    },
+    /// The collection's index was written in a format this build does not read.
+    #[error("collection `{collection}` cannot be opened: {reason}")]
+    IncompatibleIndex { collection: String, reason: String },
     /// A bug or an unexpected state: never the caller's fault.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+fn data_loss_message(collection: &str, documents: &[String], detail: &str) -> String {
+    let what = match documents {
+        [] => format!("collection `{collection}`"),
+        [document] => format!("collection `{collection}`, document `{document}`"),
+        documents => format!(
+            "collection `{collection}`, documents `{}`",
+            documents.join("`, `")
+        ),
+    };
+    format!("data loss in {what}: {detail}")
 }
 
 impl LatheError {

@@ -17,6 +17,9 @@ impl From<LatheError> for Status {
             LatheError::PermissionDenied(_) => Code::PermissionDenied,
             LatheError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
             LatheError::Unavailable(_) => Code::Unavailable,
+            // Logged where the damage was found (once per finding), not once per request.
+            LatheError::DataLoss { .. } => Code::DataLoss,
+            LatheError::IncompatibleIndex { .. } => Code::FailedPrecondition,
             LatheError::Index(_) | LatheError::Io { .. } | LatheError::Internal(_) => {
                 tracing::error!(%error, "internal error");
                 Code::Internal
@@ -75,6 +78,29 @@ mod tests {
     }
 
     #[test]
+    fn data_loss_names_the_collection_and_the_documents() {
+        let status = Status::from(LatheError::DataLoss {
+            collection: "wiki".into(),
+            documents: vec!["Super_Bowl_50".into()],
+            detail: "its stored section fails its checksum".into(),
+        });
+        assert_eq!(status.code(), Code::DataLoss);
+        assert_eq!(
+            status.message(),
+            "data loss in collection `wiki`, document `Super_Bowl_50`: its stored section fails \
+             its checksum"
+        );
+        let whole = Status::from(LatheError::DataLoss {
+            collection: "wiki".into(),
+            documents: Vec::new(),
+            detail: "index file `a.store` fails its checksum".into(),
+        });
+        assert!(whole
+            .message()
+            .starts_with("data loss in collection `wiki`: index file `a.store`"));
+    }
+
+    #[test]
     fn each_error_kind_has_its_code() {
         let cases = [
             (
@@ -98,6 +124,21 @@ mod tests {
                 Code::ResourceExhausted,
             ),
             (LatheError::Unavailable("gone".into()), Code::Unavailable),
+            (
+                LatheError::DataLoss {
+                    collection: "c".into(),
+                    documents: vec!["d".into()],
+                    detail: "checksum mismatch".into(),
+                },
+                Code::DataLoss,
+            ),
+            (
+                LatheError::IncompatibleIndex {
+                    collection: "c".into(),
+                    reason: "old".into(),
+                },
+                Code::FailedPrecondition,
+            ),
             (LatheError::internal("bug"), Code::Internal),
         ];
         for (error, code) in cases {
