@@ -3,6 +3,7 @@
 //! of gRPC.
 
 pub mod collection;
+pub mod integrity;
 pub mod schema;
 
 use std::collections::BTreeMap;
