@@ -268,11 +268,14 @@ fn tantivy_reservation(bytes: &[u8]) -> u64 {
     largest
 }
 
+/// Byte positions to flip, per file.
+type Flips = Vec<(PathBuf, Vec<u64>)>;
+
 /// Which bytes of which store files each trial flips: the seeded draws of [`STORE_DAMAGE`] in
 /// every store file, and one byte of the first store file chosen to make tantivy's own decoder
 /// ask for an unbounded allocation (the abort).
-fn store_trials(stores: &[PathBuf]) -> Vec<(String, Vec<(PathBuf, Vec<u64>)>)> {
-    let mut trials: Vec<(String, Vec<(PathBuf, Vec<u64>)>)> = STORE_DAMAGE
+fn store_trials(stores: &[PathBuf]) -> Vec<(String, Flips)> {
+    let mut trials: Vec<(String, Flips)> = STORE_DAMAGE
         .iter()
         .map(|&(seed, count)| {
             let flips = stores

@@ -1146,7 +1146,8 @@ mod tests {
                 byte_start: 0,
                 char_start: 0,
                 section_key: section_key(doc_id, 0, 1),
-                sentences: vec![0..text.len() as u32],
+                // Two sentences: the first word, and the rest.
+                sentences: vec![0..7, 8..text.len() as u32],
                 sentence_vectors: Vec::new(),
                 section_vector: Vec::new(),
             }],
@@ -1198,7 +1199,7 @@ mod tests {
             )
         );
         assert_eq!(hit.metadata.get("lang").map(String::as_str), Some("en"));
-        assert_eq!(hit.sentences, vec![0..30]);
+        assert_eq!(hit.sentences, vec![0..7, 8..30]);
         assert_eq!(index.document_sections("b").unwrap(), vec![(0, 1)]);
         assert_eq!(index.damage(), None);
     }

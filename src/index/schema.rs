@@ -531,7 +531,7 @@ mod tests {
 
     #[test]
     fn the_checksum_covers_every_field_and_its_boundaries() {
-        let ranges = encode_ranges(&[0..7]);
+        let ranges = encode_ranges(&[0..7, 8..21]);
         let vectors = [1u8, 2];
         let original = section(&ranges, &vectors);
         let changed = [
