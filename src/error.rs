@@ -35,9 +35,11 @@ pub enum LatheError {
     Unavailable(String),
     /// A collection's own files are missing, truncated or garbled (found at open or later). Its
     /// folder is kept as it was found.
-    #[error("collection `{name}` is damaged: {path}: {cause}; its files are kept as found: restore them from a backup and restart, or delete the collection")]
+    #[error("collection `{name}` is damaged{}: {path}: {cause}; its files are kept as found: restore them from a backup and restart, or delete the collection", unserved(.documents))]
     CollectionDamaged {
         name: String,
+        /// The documents the call asked for, which cannot be served (none when it named none).
+        documents: Vec<String>,
         path: PathBuf,
         cause: String,
     },
@@ -91,6 +93,18 @@ pub enum LatheError {
         #[source]
         source: std::io::Error,
     },
+    /// Stored data failed verification (a file's checksum, a section's checksum, or a stored
+    /// section that does not decode): the data cannot be returned as it was written. `documents`
+    /// names the documents concerned when they are known (empty when the whole collection is).
+    #[error("{}", data_loss_message(collection, documents, detail))]
+    DataLoss {
+        collection: String,
+        documents: Vec<String>,
+        detail: String,
+    },
+    /// The collection's index was written in a format this build does not read.
+    #[error("collection `{collection}` cannot be opened: {reason}")]
+    IncompatibleIndex { collection: String, reason: String },
     /// A bug or an unexpected state: never the caller's fault.
     #[error("internal error: {0}")]
     Internal(String),
@@ -142,7 +156,56 @@ impl StorageFault {
     }
 }
 
+fn data_loss_message(collection: &str, documents: &[String], detail: &str) -> String {
+    let what = match documents {
+        [] => format!("collection `{collection}`"),
+        [document] => format!("collection `{collection}`, document `{document}`"),
+        documents => format!(
+            "collection `{collection}`, documents `{}`",
+            documents.join("`, `")
+        ),
+    };
+    format!("data loss in {what}: {detail}")
+}
+
+/// " (document `a` cannot be served)" for the documents a call to a damaged collection named.
+fn unserved(documents: &[String]) -> String {
+    match documents {
+        [] => String::new(),
+        [document] => format!(" (document `{document}` cannot be served)"),
+        documents => format!(" (documents `{}` cannot be served)", documents.join("`, `")),
+    }
+}
+
 impl LatheError {
+    /// Names `documents` (those a call asked for) in an error saying the collection's data is
+    /// damaged; any other error is returned as it is.
+    pub fn naming_documents(self, documents: &[String]) -> Self {
+        match self {
+            Self::CollectionDamaged {
+                name,
+                path,
+                cause,
+                documents: named,
+            } if named.is_empty() => Self::CollectionDamaged {
+                name,
+                documents: documents.to_vec(),
+                path,
+                cause,
+            },
+            Self::DataLoss {
+                collection,
+                documents: named,
+                detail,
+            } if named.is_empty() => Self::DataLoss {
+                collection,
+                documents: documents.to_vec(),
+                detail,
+            },
+            other => other,
+        }
+    }
+
     pub fn invalid(field: impl Into<String>, reason: impl fmt::Display) -> Self {
         Self::InvalidArgument {
             field: field.into(),

@@ -201,6 +201,17 @@ impl Engine {
     fn info(entry: &CollectionEntry<CollectionRuntime>) -> CollectionInfo {
         match entry {
             CollectionEntry::Ready(collection) => match collection.index.stats() {
+                // Damage found while serving: what verifies is still served (see `damage`).
+                Ok(stats) if collection.index.damage().is_some() => CollectionInfo {
+                    name: collection.name.clone(),
+                    state: CollectionState::Damaged,
+                    reason: format!(
+                        "{}; what verifies is still served, the rest answers DATA_LOSS",
+                        collection.index.damage().unwrap_or_default()
+                    ),
+                    settings: Some(settings_from_stored(&collection.settings)),
+                    stats: Some(stats),
+                },
                 Ok(stats) => CollectionInfo {
                     name: collection.name.clone(),
                     state: CollectionState::Ready,
@@ -227,10 +238,7 @@ impl Engine {
                 },
                 reason: faulted.fault.to_string(),
                 settings: faulted.settings.as_ref().map(settings_from_stored),
-                stats: faulted
-                    .open
-                    .as_ref()
-                    .and_then(|open| open.index.stats().ok()),
+                stats: None,
             },
         }
     }
@@ -689,7 +697,10 @@ impl LatheApi for Engine {
         documents: Vec<DocumentInput>,
         wait: bool,
     ) -> Result<WriteOutcome> {
-        let collection = self.catalog.get(collection_name)?;
+        let collection = self.catalog.get(collection_name).map_err(|error| {
+            let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
+            error.naming_documents(&ids)
+        })?;
         let limits = &self.config.limits;
         if documents.len() > limits.max_batch_documents {
             return Err(LatheError::invalid(
@@ -804,7 +815,10 @@ impl LatheApi for Engine {
         ids: Vec<String>,
         wait: bool,
     ) -> Result<WriteOutcome> {
-        let collection = self.catalog.get(collection_name)?;
+        let collection = self
+            .catalog
+            .get(collection_name)
+            .map_err(|error| error.naming_documents(&ids))?;
         if let Some(i) = ids.iter().position(String::is_empty) {
             return Err(LatheError::invalid(
                 format!("ids[{i}]"),
@@ -832,7 +846,10 @@ impl LatheApi for Engine {
     async fn retrieve(&self, query: RetrieveQuery) -> Result<RetrieveResult> {
         let started = Instant::now();
         validate_query(&self.config.limits, &query)?;
-        let collection = self.catalog.get(&query.collection)?;
+        let collection = self
+            .catalog
+            .get(&query.collection)
+            .map_err(|error| error.naming_documents(&query.filter.doc_ids))?;
         let options = self.resolve_chunking(
             &query.chunking,
             &collection.extra.default_chunking,

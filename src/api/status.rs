@@ -46,6 +46,9 @@ impl From<LatheError> for Status {
                 fault: StorageFault::Other,
                 ..
             } => Code::Unavailable,
+            // Logged where the damage was found (once per finding), not once per request.
+            LatheError::DataLoss { .. } => Code::DataLoss,
+            LatheError::IncompatibleIndex { .. } => Code::FailedPrecondition,
             LatheError::Index(_) | LatheError::Io { .. } | LatheError::Internal(_) => {
                 tracing::error!(%error, "internal error");
                 Code::Internal
@@ -126,6 +129,7 @@ mod tests {
     fn a_damaged_collection_is_named_with_its_file_and_cause() {
         let status = Status::from(LatheError::CollectionDamaged {
             name: "docs".into(),
+            documents: Vec::new(),
             path: "/d/collections/docs/index/meta.json".into(),
             cause: "empty file".into(),
         });
@@ -137,6 +141,29 @@ mod tests {
             "{}",
             status.message()
         );
+    }
+
+    #[test]
+    fn data_loss_names_the_collection_and_the_documents() {
+        let status = Status::from(LatheError::DataLoss {
+            collection: "wiki".into(),
+            documents: vec!["Super_Bowl_50".into()],
+            detail: "its stored section fails its checksum".into(),
+        });
+        assert_eq!(status.code(), Code::DataLoss);
+        assert_eq!(
+            status.message(),
+            "data loss in collection `wiki`, document `Super_Bowl_50`: its stored section fails \
+             its checksum"
+        );
+        let whole = Status::from(LatheError::DataLoss {
+            collection: "wiki".into(),
+            documents: Vec::new(),
+            detail: "index file `a.store` fails its checksum".into(),
+        });
+        assert!(whole
+            .message()
+            .starts_with("data loss in collection `wiki`: index file `a.store`"));
     }
 
     #[test]
@@ -166,6 +193,7 @@ mod tests {
             (
                 LatheError::CollectionDamaged {
                     name: "x".into(),
+                    documents: vec!["d".into()],
                     path: "/d/collections/x/collection.json".into(),
                     cause: "missing".into(),
                 },
@@ -196,6 +224,21 @@ mod tests {
                     source: std::io::Error::from_raw_os_error(28),
                 },
                 Code::ResourceExhausted,
+            ),
+            (
+                LatheError::DataLoss {
+                    collection: "c".into(),
+                    documents: vec!["d".into()],
+                    detail: "checksum mismatch".into(),
+                },
+                Code::DataLoss,
+            ),
+            (
+                LatheError::IncompatibleIndex {
+                    collection: "c".into(),
+                    reason: "old".into(),
+                },
+                Code::FailedPrecondition,
             ),
             (LatheError::internal("bug"), Code::Internal),
             (storage(StorageFault::Full), Code::ResourceExhausted),

@@ -5,24 +5,32 @@
 //! and a batch is never split by a commit, so a query sees either the old or the new version of a
 //! document, never a mix. Durability: a `wait` write is answered only after tantivy's commit (which
 //! fsyncs the segment files and atomically replaces meta.json) and after the reader reloaded.
+//!
+//! Integrity (see `integrity`): the index lives in a [`VerifiedDirectory`], so every file is
+//! checked against its footer checksum before tantivy reads it; a collection with a damaged file
+//! opens *damaged*: it answers every read and write with DATA_LOSS naming the file, and serves
+//! nothing. Stored sections are read with `schema::decode_stored_section` (bounded, verified
+//! against the section's checksum), never with tantivy's document decoder.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use tantivy::collector::{Count, TopDocs};
+use tantivy::columnar::Column;
+use tantivy::directory::OwnedBytes;
 use tantivy::indexer::IndexWriterOptions;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
-use tantivy::schema::{IndexRecordOption, Value};
-use tantivy::{
-    DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term,
-};
+use tantivy::schema::IndexRecordOption;
+use tantivy::store::StoreReader;
+use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, Term};
 use tokio::sync::oneshot;
 
-use super::schema::{self, SectionFields, HEADING_SEPARATOR, METADATA_SEPARATOR};
+use super::integrity::{Integrity, VerifiedDirectory};
+use super::schema::{self, SectionFields, StoredSection, HEADING_SEPARATOR, METADATA_SEPARATOR};
 use super::storage;
 use super::writer_pool::{JobState, Permit, SlotHandle, WriterJob, WriterPool};
 use crate::dense::{DenseIndex, DenseIndexConfig};
@@ -35,6 +43,68 @@ use crate::types::{CollectionStats, DenseStats, Filter};
 pub struct Snapshot {
     pub searcher: Searcher,
     pub generation: u64,
+    /// The doc store of each of the searcher's segments, opened at the first stored read.
+    stores: OnceLock<Vec<SegmentStore>>,
+}
+
+/// What reading one segment's stored sections needs.
+struct SegmentStore {
+    store: std::result::Result<StoreReader, String>,
+    /// The `section_key` fast field: which section each position holds, from a file other than
+    /// the doc store, so that stored bytes can be tied to the position they were read for.
+    section_keys: Option<Column<u64>>,
+}
+
+/// Decompressed doc-store blocks cached per segment (tantivy's default for its own readers; the
+/// searcher's are built without a cache since stored sections are read only through these).
+const STORE_CACHE_BLOCKS: usize = 100;
+
+impl Snapshot {
+    pub fn new(searcher: Searcher, generation: u64) -> Self {
+        Self {
+            searcher,
+            generation,
+            stores: OnceLock::new(),
+        }
+    }
+
+    /// The bytes tantivy's doc store holds for the document at `address`, undecoded, and the
+    /// section key the position holds; on failure, why (for a data-loss message).
+    fn stored_bytes(
+        &self,
+        address: DocAddress,
+    ) -> std::result::Result<(OwnedBytes, Option<u64>), String> {
+        let stores = self.stores.get_or_init(|| {
+            self.searcher
+                .segment_readers()
+                .iter()
+                .map(|segment| SegmentStore {
+                    // Store files are verified before they are opened, but one changed in place
+                    // afterwards (it is memory-mapped) can make tantivy's footer and block
+                    // parsing panic (it asserts on what it reads): keep that to this read.
+                    store: catch_panic(|| segment.get_store_reader(STORE_CACHE_BLOCKS)).and_then(
+                        |opened| {
+                            opened.map_err(|error| {
+                                format!("its doc store cannot be opened ({error})")
+                            })
+                        },
+                    ),
+                    section_keys: segment.fast_fields().u64("section_key").ok(),
+                })
+                .collect()
+        });
+        let segment = stores
+            .get(address.segment_ord as usize)
+            .ok_or_else(|| format!("segment {} is not in the snapshot", address.segment_ord))?;
+        let store = segment.store.as_ref().map_err(Clone::clone)?;
+        let bytes = catch_panic(|| store.get_document_bytes(address.doc_id))?
+            .map_err(|error| format!("its stored bytes cannot be read ({error})"))?;
+        let section_key = segment
+            .section_keys
+            .as_ref()
+            .and_then(|column| column.first(address.doc_id));
+        Ok((bytes, section_key))
+    }
 }
 
 /// One section ready to be indexed.
@@ -145,6 +215,8 @@ pub struct CollectionIndex {
     /// The pool of a standalone index (see [`CollectionIndex::open_or_create`]); dropped after
     /// the writer finished.
     own_pool: Option<CollectionWriterPool>,
+    /// What was found wrong with the collection's stored data (see [`CollectionIndex::damage`]).
+    integrity: Arc<Integrity>,
 }
 
 impl CollectionIndex {
@@ -195,28 +267,55 @@ impl CollectionIndex {
     ) -> Result<Self> {
         let (schema, fields) = schema::build_schema();
         std::fs::create_dir_all(path).map_err(|e| storage::io_write_error(name, path, &e))?;
+        let integrity = Integrity::new(name);
         let directory = storage::IndexDirectory::open(path)
             .map_err(|e| LatheError::internal(format!("opening {}: {e}", path.display())))?;
-        let index = Index::open_or_create(directory, schema)
-            .map_err(|e| storage::write_error(name, path, e))?;
+        let directory = VerifiedDirectory::new(directory, Arc::clone(&integrity));
+        let index = match Index::open_or_create(directory, schema) {
+            Ok(index) => index,
+            Err(tantivy::TantivyError::SchemaError(reason)) => {
+                return Err(LatheError::IncompatibleIndex {
+                    collection: name.to_string(),
+                    reason: format!(
+                        "its index in {} has another schema ({reason}): it was written by an \
+                         earlier version of Lathe, without per-section checksums; delete the \
+                         collection, create it again and upsert its documents",
+                        path.display()
+                    ),
+                })
+            }
+            Err(error) => return Err(storage::write_error(name, path, error)),
+        };
         schema::register_analyzer(&index);
-        let reader: IndexReader = index
+        // Opening the reader opens every segment file, each verified against its footer first.
+        let reader: std::result::Result<IndexReader, _> = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
-            .try_into()?;
+            .doc_store_cache_num_blocks(0)
+            .try_into();
+        let reader = match (reader, integrity.damage()) {
+            (Ok(reader), None) => reader,
+            (_, Some(damage)) => {
+                return Err(LatheError::DataLoss {
+                    collection: name.to_string(),
+                    documents: Vec::new(),
+                    detail: damage,
+                })
+            }
+            (Err(error), None) => return Err(error.into()),
+        };
         let generation = index.load_metas()?.opstamp;
-        let snapshot = Arc::new(RwLock::new(Arc::new(Snapshot {
-            searcher: reader.searcher(),
-            generation,
-        })));
+        let first_snapshot = Snapshot::new(reader.searcher(), generation);
         let dense = match dense_dim {
             None => None,
             Some(dim) => Some(Arc::new(RwLock::new(rebuild_dense(
-                &reader.searcher(),
+                &first_snapshot,
                 &fields,
                 dim,
+                &integrity,
             )?))),
         };
+        let snapshot = Arc::new(RwLock::new(Arc::new(first_snapshot)));
         let changes = Arc::new(AtomicU64::new(0));
         let writer = pool.register(CollectionWriter {
             collection: name.to_string(),
@@ -243,7 +342,18 @@ impl CollectionIndex {
             dense,
             changes,
             own_pool: None,
+            integrity,
         })
+    }
+
+    /// `Some(reason)` once this process found any of the collection's stored data failing
+    /// verification: a new segment file when a commit or merge first opened it (reads go on from
+    /// the last good snapshot; that commit failed), or a stored section read by a query (that
+    /// document answers DATA_LOSS; others are served, each verified). The first finding, and how
+    /// many more. `None` while everything read so far verified. (A file failing at open makes
+    /// `open` fail: the catalog lists the collection as damaged.)
+    pub fn damage(&self) -> Option<String> {
+        self.integrity.damage()
     }
 
     /// A counter the writer makes odd when a commit starts changing the dense index and even
@@ -345,7 +455,7 @@ impl CollectionIndex {
             .searcher
             .search(&query, &TopDocs::with_limit(limit).order_by_score())?;
         top.into_iter()
-            .map(|(score, address)| self.load_hit(&snapshot.searcher, score, address))
+            .map(|(score, address)| self.load_hit(snapshot, score, address))
             .collect()
     }
 
@@ -431,7 +541,7 @@ impl CollectionIndex {
         let similarity: HashMap<u64, f32> = neighbours.into_iter().collect();
         let mut hits = found
             .into_iter()
-            .map(|(_, address)| self.load_hit(&snapshot.searcher, 0.0, address))
+            .map(|(_, address)| self.load_hit(snapshot, 0.0, address))
             .collect::<Result<Vec<_>>>()?;
         for hit in &mut hits {
             hit.score = similarity.get(&hit.section_key).copied().unwrap_or(0.0);
@@ -445,49 +555,82 @@ impl CollectionIndex {
         Ok(hits)
     }
 
-    fn load_hit(&self, searcher: &Searcher, score: f32, address: DocAddress) -> Result<SectionHit> {
-        let fields = &self.fields;
-        let doc: TantivyDocument = searcher.doc(address)?;
-        let text_of = |field| {
-            doc.get_first(field)
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_string()
-        };
-        let u64_of = |field| {
-            doc.get_first(field)
-                .and_then(|v| v.as_u64())
-                .unwrap_or_default()
-        };
-        let bytes_of = |field| {
-            doc.get_first(field)
-                .and_then(|v| v.as_bytes())
-                .unwrap_or_default()
-        };
-        let heading_path = text_of(fields.heading_path);
-        let metadata_json = text_of(fields.metadata_json);
+    /// The section at `address`, verified (see [`CollectionIndex::read_section`]).
+    fn load_hit(&self, snapshot: &Snapshot, score: f32, address: DocAddress) -> Result<SectionHit> {
+        let stored = self.stored_bytes(snapshot, address)?;
+        let section = self.read_section(snapshot, address, &stored)?;
+        let metadata = serde_json::from_str(section.metadata_json).map_err(|error| {
+            // The checksum matched: this JSON is what the writer serialised.
+            LatheError::internal(format!("stored metadata of `{}`: {error}", section.doc_id))
+        })?;
         Ok(SectionHit {
             score,
-            doc_id: text_of(fields.doc_id),
-            ordinal: u64_of(fields.ordinal),
-            version: u64_of(fields.version),
-            doc_title: text_of(fields.doc_title),
-            heading_path: if heading_path.is_empty() {
+            doc_id: section.doc_id.to_string(),
+            ordinal: section.ordinal,
+            version: section.version,
+            doc_title: section.doc_title.to_string(),
+            heading_path: if section.heading_path.is_empty() {
                 Vec::new()
             } else {
-                heading_path
+                section
+                    .heading_path
                     .split(HEADING_SEPARATOR)
                     .map(str::to_string)
                     .collect()
             },
-            text: text_of(fields.text),
-            byte_start: u64_of(fields.byte_start),
-            char_start: u64_of(fields.char_start),
-            metadata: serde_json::from_str(&metadata_json).unwrap_or_default(),
-            section_key: u64_of(fields.section_key),
-            sentences: schema::decode_ranges(bytes_of(fields.sentence_ranges)),
-            sentence_vectors: bytes_of(fields.sentence_vectors).to_vec(),
+            text: section.text.to_string(),
+            byte_start: section.byte_start,
+            char_start: section.char_start,
+            metadata,
+            section_key: section.section_key,
+            sentences: schema::decode_ranges(section.sentence_ranges),
+            sentence_vectors: section.sentence_vectors.to_vec(),
         })
+    }
+
+    /// The doc-store bytes of the section at `address` and the key of the section that position
+    /// holds, or DATA_LOSS naming its document.
+    fn stored_bytes(
+        &self,
+        snapshot: &Snapshot,
+        address: DocAddress,
+    ) -> Result<(OwnedBytes, Option<u64>)> {
+        snapshot
+            .stored_bytes(address)
+            .map_err(|why| self.damaged_section(snapshot, address, why))
+    }
+
+    /// Decodes `stored` (read for `address`) and verifies it: the section exactly as it was
+    /// written, and the one at that position, or DATA_LOSS naming its document.
+    fn read_section<'b>(
+        &self,
+        snapshot: &Snapshot,
+        address: DocAddress,
+        stored: &'b (OwnedBytes, Option<u64>),
+    ) -> Result<StoredSection<'b>> {
+        let (bytes, expected_key) = stored;
+        verified_section(bytes, *expected_key, &self.fields)
+            .map_err(|why| self.damaged_section(snapshot, address, why))
+    }
+
+    /// Records a section that failed verification and builds the caller's DATA_LOSS. The document
+    /// is named from the `doc_id` fast field (in another, verified file), not from the damaged
+    /// stored bytes.
+    fn damaged_section(&self, snapshot: &Snapshot, address: DocAddress, why: String) -> LatheError {
+        let segment = snapshot.searcher.segment_reader(address.segment_ord);
+        let store_file = format!("{}.store", segment.segment_id().uuid_string());
+        let document = stored_document_id(&snapshot.searcher, address)
+            .unwrap_or_else(|| format!("at {store_file} position {}", address.doc_id));
+        self.integrity.record(format!(
+            "document `{document}` (in index file `{store_file}`): {why}"
+        ));
+        LatheError::DataLoss {
+            collection: self.integrity.collection().to_string(),
+            documents: vec![document],
+            detail: format!(
+                "{why}; upsert the document again or restore the collection from a backup"
+            ),
+        }
     }
 
     /// `ln(1 + (N - n + 0.5) / (n + 0.5))` of each term over section text, as tantivy's BM25 has it.
@@ -560,16 +703,9 @@ impl CollectionIndex {
             .search(&query, &TopDocs::with_limit(1_000_000).order_by_score())?;
         let mut sections = Vec::with_capacity(hits.len());
         for (_, address) in hits {
-            let doc: TantivyDocument = snapshot.searcher.doc(address)?;
-            let ordinal = doc
-                .get_first(self.fields.ordinal)
-                .and_then(|v| v.as_u64())
-                .unwrap_or_default();
-            let version = doc
-                .get_first(self.fields.version)
-                .and_then(|v| v.as_u64())
-                .unwrap_or_default();
-            sections.push((ordinal, version));
+            let stored = self.stored_bytes(&snapshot, address)?;
+            let section = self.read_section(&snapshot, address, &stored)?;
+            sections.push((section.ordinal, section.version));
         }
         sections.sort_unstable();
         Ok(sections)
@@ -590,21 +726,36 @@ pub fn metadata_term(key: &str, value: &str) -> String {
     format!("{key}{METADATA_SEPARATOR}{value}")
 }
 
-/// Builds the dense index from the section vectors stored in every live section.
-fn rebuild_dense(searcher: &Searcher, fields: &SectionFields, dim: usize) -> Result<DenseIndex> {
+/// Builds the dense index from the section vectors stored in every live section. A section that
+/// fails verification is recorded and left out (reading its document answers DATA_LOSS anyway).
+fn rebuild_dense(
+    snapshot: &Snapshot,
+    fields: &SectionFields,
+    dim: usize,
+    integrity: &Integrity,
+) -> Result<DenseIndex> {
     let mut vectors: Vec<(u64, Vec<f32>)> = Vec::new();
+    let searcher = &snapshot.searcher;
     for (segment_ord, segment) in searcher.segment_readers().iter().enumerate() {
         for doc in segment.doc_ids_alive() {
-            let stored: TantivyDocument = searcher.doc(DocAddress::new(segment_ord as u32, doc))?;
-            let key = stored
-                .get_first(fields.section_key)
-                .and_then(|v| v.as_u64());
-            let bytes = stored
-                .get_first(fields.section_vector)
-                .and_then(|v| v.as_bytes());
-            if let (Some(key), Some(vector)) = (key, bytes.and_then(decode_one_vector)) {
-                if vector.len() == dim {
-                    vectors.push((key, vector));
+            let address = DocAddress::new(segment_ord as u32, doc);
+            let section = snapshot
+                .stored_bytes(address)
+                .and_then(|(bytes, expected_key)| {
+                    verified_section(&bytes, expected_key, fields).map(|section| {
+                        (
+                            section.section_key,
+                            decode_one_vector(section.section_vector),
+                        )
+                    })
+                });
+            match section {
+                Ok((key, Some(vector))) if vector.len() == dim => vectors.push((key, vector)),
+                Ok(_) => {}
+                Err(why) => {
+                    let document = stored_document_id(searcher, address)
+                        .unwrap_or_else(|| format!("at segment {segment_ord} position {doc}"));
+                    integrity.record(format!("document `{document}`: {why}"));
                 }
             }
         }
@@ -627,6 +778,45 @@ fn rebuild_dense(searcher: &Searcher, fields: &SectionFields, dim: usize) -> Res
         "dense index rebuilt"
     );
     Ok(dense)
+}
+
+/// Decodes and verifies a stored section read for a position whose `section_key` fast field says
+/// `expected_key`: intact (its checksum) and the section that belongs there (a damaged block
+/// index could hand out another section's bytes, intact but not the ones asked for).
+fn verified_section<'b>(
+    bytes: &'b OwnedBytes,
+    expected_key: Option<u64>,
+    fields: &SectionFields,
+) -> std::result::Result<StoredSection<'b>, String> {
+    let section = schema::decode_stored_section(bytes.as_slice(), fields)
+        .map_err(|damage| damage.to_string())?;
+    match expected_key {
+        Some(key) if key == section.section_key => Ok(section),
+        Some(key) => Err(format!(
+            "its stored bytes are those of another section (key {:016x}, not {key:016x})",
+            section.section_key
+        )),
+        None => Err("the `section_key` fast field has no key at its position".to_string()),
+    }
+}
+
+/// Runs `read` (tantivy decoding doc-store bytes), turning a panic into an error message.
+fn catch_panic<T>(read: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read))
+        .map_err(|_| "its doc-store block is damaged (decoding it panicked)".to_string())
+}
+
+/// The document id of the section at `address`, from the `doc_id` fast field: readable when the
+/// section's stored bytes are not.
+fn stored_document_id(searcher: &Searcher, address: DocAddress) -> Option<String> {
+    let segment = searcher.segment_reader(address.segment_ord);
+    let column = segment.fast_fields().str("doc_id").ok()??;
+    let ordinal = column.term_ords(address.doc_id).next()?;
+    let mut document = String::new();
+    column
+        .ord_to_str(ordinal, &mut document)
+        .ok()?
+        .then_some(document)
 }
 
 /// The first row of one `QuantizedVectors` blob.
@@ -863,36 +1053,35 @@ impl CollectionWriter {
                         .insert(document.doc_id.clone(), Some(vectors));
                 }
                 for section in document.sections {
-                    let mut doc = TantivyDocument::default();
-                    doc.add_text(fields.doc_id, &document.doc_id);
-                    doc.add_u64(fields.ordinal, section.ordinal);
-                    doc.add_u64(fields.version, document.version);
+                    let heading = section.heading_path.join(&HEADING_SEPARATOR.to_string());
+                    let sentence_ranges = schema::encode_ranges(&section.sentences);
+                    // Everything stored, with its checksum; then what is only indexed.
+                    let mut doc = StoredSection {
+                        doc_id: &document.doc_id,
+                        ordinal: section.ordinal,
+                        version: document.version,
+                        doc_title: &document.title,
+                        heading_path: &heading,
+                        text: &section.text,
+                        byte_start: section.byte_start,
+                        char_start: section.char_start,
+                        metadata_json: &metadata_json,
+                        section_key: section.section_key,
+                        sentence_ranges: &sentence_ranges,
+                        sentence_vectors: &section.sentence_vectors,
+                        section_vector: &section.section_vector,
+                    }
+                    .to_document(&fields);
                     if section.ordinal == 0 {
                         doc.add_u64(fields.head, 1);
                         doc.add_u64(fields.doc_bytes, document.text_bytes);
                     }
-                    doc.add_text(fields.doc_title, &document.title);
-                    let heading = section.heading_path.join(&HEADING_SEPARATOR.to_string());
-                    doc.add_text(fields.heading_path, &heading);
                     doc.add_text(
                         fields.title_text,
                         format!("{title_prefix} {}", section.heading_path.join(" ")),
                     );
-                    doc.add_text(fields.text, &section.text);
-                    doc.add_u64(fields.byte_start, section.byte_start);
-                    doc.add_u64(fields.char_start, section.char_start);
                     for (key, value) in &document.metadata {
                         doc.add_text(fields.metadata_terms, metadata_term(key, value));
-                    }
-                    doc.add_text(fields.metadata_json, &metadata_json);
-                    doc.add_u64(fields.section_key, section.section_key);
-                    doc.add_bytes(
-                        fields.sentence_ranges,
-                        &schema::encode_ranges(&section.sentences),
-                    );
-                    if !section.sentence_vectors.is_empty() {
-                        doc.add_bytes(fields.sentence_vectors, &section.sentence_vectors);
-                        doc.add_bytes(fields.section_vector, &section.section_vector);
                     }
                     writer
                         .add_document(doc)
@@ -934,10 +1123,7 @@ impl CollectionWriter {
             // vector is missing (stale neighbours are dropped by the tantivy lookup).
             self.apply_dense(replaced_keys)?;
             self.reader.reload()?;
-            let snapshot = Arc::new(Snapshot {
-                searcher: self.reader.searcher(),
-                generation: opstamp,
-            });
+            let snapshot = Arc::new(Snapshot::new(self.reader.searcher(), opstamp));
             *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = snapshot;
             Ok(opstamp)
         });
@@ -972,12 +1158,11 @@ impl CollectionWriter {
             else {
                 continue;
             };
+            // From the fast field: no stored bytes are decoded on the writer thread.
             for (_, address) in found {
-                if let Ok(doc) = searcher.doc::<TantivyDocument>(address) {
-                    keys.extend(
-                        doc.get_first(self.fields.section_key)
-                            .and_then(|v| v.as_u64()),
-                    );
+                let segment = searcher.segment_reader(address.segment_ord);
+                if let Ok(column) = segment.fast_fields().u64("section_key") {
+                    keys.extend(column.first(address.doc_id));
                 }
             }
         }
@@ -1029,5 +1214,152 @@ impl CollectionWriter {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(doc_id: &str, text: &str) -> DocumentRecord {
+        DocumentRecord {
+            doc_id: doc_id.to_string(),
+            title: doc_id.to_string(),
+            metadata: BTreeMap::from([("lang".to_string(), "en".to_string())]),
+            text_bytes: text.len() as u64,
+            version: 1,
+            sections: vec![SectionRecord {
+                ordinal: 0,
+                heading_path: vec!["Intro".to_string()],
+                text: text.to_string(),
+                byte_start: 0,
+                char_start: 0,
+                section_key: section_key(doc_id, 0, 1),
+                // Two sentences: the first word, and the rest.
+                sentences: vec![0..7, 8..text.len() as u32],
+                sentence_vectors: Vec::new(),
+                section_vector: Vec::new(),
+            }],
+        }
+    }
+
+    fn open(path: &Path) -> Result<CollectionIndex> {
+        CollectionIndex::open_or_create(path, 15_000_000, Duration::from_secs(3600), None)
+    }
+
+    fn terms(index: &CollectionIndex, text: &str) -> Vec<String> {
+        index.query_terms(text)
+    }
+
+    /// `collections/<name>/index` of a fresh data dir, holding two committed documents.
+    fn written_collection(data_dir: &Path) -> PathBuf {
+        let path = data_dir.join("collections/wiki/index");
+        let index = open(&path).unwrap();
+        let ops = vec![
+            WriteOp::Upsert(record("a", "hazards in their line of sight")),
+            WriteOp::Upsert(record("b", "boats in the harbour")),
+        ];
+        let done = index.write(ops, true).unwrap().unwrap();
+        done.blocking_recv().unwrap().unwrap();
+        index.shutdown();
+        path
+    }
+
+    #[test]
+    fn sections_read_back_exactly_and_verified() {
+        let data_dir = tempfile::tempdir().unwrap();
+        let index = open(&written_collection(data_dir.path())).unwrap();
+        let snapshot = index.snapshot();
+        let hits = index
+            .search(&snapshot, &terms(&index, "hazards"), &Filter::default(), 8)
+            .unwrap();
+        assert_eq!(hits.len(), 1);
+        let hit = &hits[0];
+        assert_eq!(
+            (
+                hit.doc_id.as_str(),
+                hit.text.as_str(),
+                hit.heading_path.clone()
+            ),
+            (
+                "a",
+                "hazards in their line of sight",
+                vec!["Intro".to_string()]
+            )
+        );
+        assert_eq!(hit.metadata.get("lang").map(String::as_str), Some("en"));
+        assert_eq!(hit.sentences, vec![0..7, 8..30]);
+        assert_eq!(index.document_sections("b").unwrap(), vec![(0, 1)]);
+        assert_eq!(index.damage(), None);
+    }
+
+    #[test]
+    fn a_damaged_file_opens_the_collection_damaged() {
+        let data_dir = tempfile::tempdir().unwrap();
+        let path = written_collection(data_dir.path());
+        let postings = std::fs::read_dir(&path)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .find(|file| file.extension().is_some_and(|e| e == "idx"))
+            .unwrap();
+        let mut damaged = std::fs::read(&postings).unwrap();
+        damaged[0] ^= 0x20;
+        std::fs::write(&postings, &damaged).unwrap();
+        let file_name = postings.file_name().unwrap().to_string_lossy().into_owned();
+
+        let index = open(&path).unwrap();
+        let damage = index.damage().unwrap();
+        assert!(
+            damage.starts_with(&format!("index file `{file_name}` fails its checksum")),
+            "{damage}"
+        );
+        let filter = Filter {
+            doc_ids: vec!["a".to_string()],
+            ..Filter::default()
+        };
+        let error = index
+            .search(&index.snapshot(), &terms(&index, "hazards"), &filter, 8)
+            .unwrap_err();
+        match error {
+            LatheError::DataLoss {
+                collection,
+                documents,
+                detail,
+            } => {
+                assert_eq!(collection, "wiki");
+                assert_eq!(documents, vec!["a".to_string()]);
+                assert!(detail.contains(&file_name), "{detail}");
+            }
+            other => panic!("wanted DATA_LOSS, got {other}"),
+        }
+        assert!(matches!(
+            index.write(vec![WriteOp::Delete { doc_id: "a".into() }], true),
+            Err(LatheError::DataLoss { .. })
+        ));
+        assert!(matches!(index.stats(), Err(LatheError::DataLoss { .. })));
+        // The damaged file stays as it was: nothing is repaired, removed or rewritten.
+        index.shutdown();
+        drop(index);
+        assert_eq!(std::fs::read(&postings).unwrap(), damaged);
+    }
+
+    #[test]
+    fn an_index_written_with_another_schema_is_refused_clearly() {
+        let data_dir = tempfile::tempdir().unwrap();
+        let path = data_dir.path().join("collections/old/index");
+        std::fs::create_dir_all(&path).unwrap();
+        // The schema before section checksums, reduced to one field: any other schema is refused.
+        let mut builder = tantivy::schema::Schema::builder();
+        builder.add_text_field("doc_id", tantivy::schema::STRING | tantivy::schema::STORED);
+        drop(Index::create_in_dir(&path, builder.build()).unwrap());
+        match open(&path) {
+            Err(LatheError::IncompatibleIndex { collection, reason }) => {
+                assert_eq!(collection, "old");
+                assert!(reason.contains("earlier version of Lathe"), "{reason}");
+                assert!(reason.contains("delete the collection"), "{reason}");
+            }
+            Err(other) => panic!("wanted IncompatibleIndex, got {other}"),
+            Ok(_) => panic!("an index with another schema opened"),
+        }
     }
 }

@@ -14,12 +14,15 @@
 //! A collection that cannot be opened (its `collection.json` or index files missing, truncated or
 //! garbled, its tokenizer file gone) is kept exactly as found and listed as [`Faulted`] with the
 //! file and the cause; every other collection opens and serves. Calls to a faulted collection get
-//! [`Fault::error`]; deleting it works. A collection found corrupt while open is switched to
-//! faulted by [`Catalog::mark_damaged`].
+//! [`Fault::error`]; deleting it works. Damage found while a collection is open (a section or a
+//! new segment file failing its checksum, see `integrity`) leaves it ready: every read is
+//! verified, what fails answers DATA_LOSS and the rest is served; the service lists it damaged
+//! with [`CollectionIndex::damage`] as the reason.
 //!
 //! [`Faulted`]: CollectionEntry::Faulted
 
 pub mod collection;
+pub mod integrity;
 pub mod lock;
 mod parallel;
 pub mod schema;
@@ -118,7 +121,12 @@ impl Fault {
     pub fn error(&self, name: &str) -> LatheError {
         let (name, path, cause) = (name.to_string(), self.path.clone(), self.cause.clone());
         match self.kind {
-            FaultKind::Damaged => LatheError::CollectionDamaged { name, path, cause },
+            FaultKind::Damaged => LatheError::CollectionDamaged {
+                name,
+                documents: Vec::new(),
+                path,
+                cause,
+            },
             FaultKind::Offline => LatheError::CollectionOffline { name, path, cause },
         }
     }
@@ -131,20 +139,17 @@ impl fmt::Display for Fault {
 }
 
 /// A collection that cannot serve; its folder is kept as it was found.
-pub struct FaultedCollection<T> {
+pub struct FaultedCollection {
     pub name: String,
     pub fault: Fault,
     /// Its settings, when `collection.json` could be read.
     pub settings: Option<StoredSettings>,
-    /// The collection as it was open when it was found damaged at run time; `None` when it
-    /// failed to open.
-    pub open: Option<Arc<OpenCollection<T>>>,
 }
 
 /// What the catalog holds for one collection name.
 pub enum CollectionEntry<T> {
     Ready(Arc<OpenCollection<T>>),
-    Faulted(Arc<FaultedCollection<T>>),
+    Faulted(Arc<FaultedCollection>),
 }
 
 impl<T> Clone for CollectionEntry<T> {
@@ -164,11 +169,11 @@ impl<T> CollectionEntry<T> {
         }
     }
 
-    /// The open collection, if any: a ready one, or one found damaged while open.
+    /// The open collection, if any.
     fn open_collection(&self) -> Option<&Arc<OpenCollection<T>>> {
         match self {
             Self::Ready(open) => Some(open),
-            Self::Faulted(faulted) => faulted.open.as_ref(),
+            Self::Faulted(_) => None,
         }
     }
 }
@@ -462,28 +467,6 @@ impl<T> Catalog<T> {
         Ok(())
     }
 
-    /// Switches an open collection to damaged when a fault is found at run time (a file failing
-    /// its checksum): calls to it then answer DATA_LOSS naming `fault`; its writer idles until
-    /// the collection is deleted or the server stops. A collection already faulted keeps its
-    /// first fault.
-    pub fn mark_damaged(&self, name: &str, fault: Fault) {
-        let mut entries = self.write();
-        let Some(CollectionEntry::Ready(open)) = entries.get(name) else {
-            return;
-        };
-        tracing::error!(collection = %name, file = %fault.path.display(), cause = %fault.cause, "collection found damaged; calls to it now answer DATA_LOSS");
-        let faulted = FaultedCollection {
-            name: name.to_string(),
-            fault,
-            settings: Some(open.settings.clone()),
-            open: Some(Arc::clone(open)),
-        };
-        entries.insert(
-            name.to_string(),
-            CollectionEntry::Faulted(Arc::new(faulted)),
-        );
-    }
-
     /// Commits and stops every collection's writer (the pool's workers stop them side by side),
     /// then releases the data dir.
     pub fn shutdown(&self) {
@@ -536,7 +519,6 @@ impl Opener<'_> {
                 name: name.to_string(),
                 fault,
                 settings,
-                open: None,
             }))
         };
         let settings = match read_settings(&folder) {
@@ -562,6 +544,10 @@ impl Opener<'_> {
             self.writer_pool,
         ) {
             Ok(index) => index,
+            // Written by another version of Lathe: intact, but not readable by this one.
+            Err(LatheError::IncompatibleIndex { reason, .. }) => {
+                return faulted(Fault::offline(&index_dir, reason), Some(settings))
+            }
             Err(error) => return faulted(diagnose_index(&index_dir, &error), Some(settings)),
         };
         tracing::info!(collection = %name, generation = index.snapshot().generation, "opened collection");
@@ -877,31 +863,6 @@ mod tests {
         let garbage = fault_of(&catalog, "garbage");
         assert!(garbage.cause.starts_with("not valid JSON"), "{garbage}");
         assert!(garbage.cause.chars().count() <= MAX_CAUSE_CHARS + 1);
-    }
-
-    #[test]
-    fn a_collection_found_damaged_while_open_answers_with_the_fault() {
-        let dir = tempfile::tempdir().unwrap();
-        let catalog = open_catalog(dir.path());
-        catalog.create("docs", settings(), ()).unwrap();
-        let fault = Fault::damaged("/d/collections/docs/index/x.store", "checksum mismatch");
-        catalog.mark_damaged("docs", fault.clone());
-        match catalog.get("docs") {
-            Err(LatheError::CollectionDamaged { name, path, cause }) => {
-                assert_eq!(
-                    (name.as_str(), path, cause),
-                    ("docs", fault.path, fault.cause)
-                );
-            }
-            other => panic!("{:?}", other.map(|_| ())),
-        }
-        // Deleting it stops its writer and removes it.
-        catalog.delete("docs").unwrap();
-        assert!(matches!(
-            catalog.get("docs"),
-            Err(LatheError::CollectionNotFound { .. })
-        ));
-        catalog.shutdown();
     }
 
     #[test]
