@@ -27,8 +27,28 @@ pub fn free_local_address() -> String {
 /// Starts `lathe serve` on data_dir with the metrics endpoint on a free port, `variables` on top,
 /// and waits until it serves.
 pub fn start(data_dir: &std::path::Path, variables: &[(&str, String)]) -> Server {
+    start_wrapped(&[], data_dir, variables)
+}
+
+/// [`start`], with the binary run by `wrapper` (a program and its arguments, which end with the
+/// command to run, e.g. `["prlimit", "--nofile=128:128", "--"]`); the child is the wrapper,
+/// which must exec the binary so that its pid is the server's.
+pub fn start_wrapped(
+    wrapper: &[&str],
+    data_dir: &std::path::Path,
+    variables: &[(&str, String)],
+) -> Server {
     let metrics_address = free_local_address();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lathe"))
+    let binary = env!("CARGO_BIN_EXE_lathe");
+    let mut command = match wrapper.split_first() {
+        None => Command::new(binary),
+        Some((program, arguments)) => {
+            let mut command = Command::new(program);
+            command.args(arguments).arg(binary);
+            command
+        }
+    };
+    let mut child = command
         .args([
             "serve",
             "--listen",
