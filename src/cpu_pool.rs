@@ -1,6 +1,17 @@
 //! A bounded pool of threads for CPU work (search, re-chunking, scoring, inference), so that async
 //! tasks never block. Work whose caller has gone (cancelled request, passed deadline) is dropped
-//! before it starts.
+//! before it starts, and long work that has started can ask [`current_job_abandoned`] between
+//! steps and stop early (model inference does, between model runs).
+//!
+//! At shutdown [`CpuPool::stop`] abandons everything and [`CpuPool::wait_idle`] waits until no job
+//! runs: the process must not exit while inference runs, because exiting destroys ONNX Runtime's
+//! C++ statics under the running kernel (which then fails with `GetElementType is not
+//! implemented`, logged at ERROR, or could crash).
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -8,7 +19,68 @@ use crate::error::{LatheError, Result};
 
 #[derive(Clone)]
 pub struct CpuPool {
-    pool: std::sync::Arc<rayon::ThreadPool>,
+    pool: Arc<rayon::ThreadPool>,
+    jobs: Arc<Jobs>,
+}
+
+/// Jobs submitted and not yet finished (queued or running), and whether the pool is stopping.
+#[derive(Default)]
+struct Jobs {
+    unfinished: Mutex<usize>,
+    all_finished: Condvar,
+    stopping: AtomicBool,
+}
+
+/// What the job running on a pool thread can ask about itself.
+struct JobContext {
+    abandoned: Arc<AtomicBool>,
+    jobs: Arc<Jobs>,
+}
+
+thread_local! {
+    static CURRENT_JOB: RefCell<Option<JobContext>> = const { RefCell::new(None) };
+}
+
+/// True when the pool job running on this thread has no caller any more (its future was dropped:
+/// the request was cancelled or timed out) or the pool is stopping; its result would be thrown
+/// away, so long work should stop at its next step. False outside pool jobs.
+pub fn current_job_abandoned() -> bool {
+    CURRENT_JOB.with(|job| {
+        job.borrow().as_ref().is_some_and(|job| {
+            job.abandoned.load(Ordering::Relaxed) || job.jobs.stopping.load(Ordering::Relaxed)
+        })
+    })
+}
+
+/// Marks the job abandoned when the caller's future is dropped before the result came.
+struct AbandonOnDrop {
+    abandoned: Arc<AtomicBool>,
+    armed: bool,
+}
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.abandoned.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Counts a job as finished when dropped (also when the job panics).
+struct FinishOnDrop(Arc<Jobs>);
+
+impl Drop for FinishOnDrop {
+    fn drop(&mut self) {
+        let mut unfinished = self
+            .0
+            .unfinished
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *unfinished -= 1;
+        if *unfinished == 0 {
+            self.0.all_finished.notify_all();
+        }
+    }
 }
 
 impl CpuPool {
@@ -19,7 +91,8 @@ impl CpuPool {
             .build()
             .map_err(|e| LatheError::internal(format!("building the CPU pool: {e}")))?;
         Ok(Self {
-            pool: std::sync::Arc::new(pool),
+            pool: Arc::new(pool),
+            jobs: Arc::new(Jobs::default()),
         })
     }
 
@@ -30,15 +103,65 @@ impl CpuPool {
         F: FnOnce() -> Result<T> + Send + 'static,
     {
         let (sender, receiver) = oneshot::channel();
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let mut abandon_on_drop = AbandonOnDrop {
+            abandoned: Arc::clone(&abandoned),
+            armed: true,
+        };
+        *self
+            .jobs
+            .unfinished
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) += 1;
+        let jobs = Arc::clone(&self.jobs);
         self.pool.spawn(move || {
-            if sender.is_closed() {
+            let _finished = FinishOnDrop(Arc::clone(&jobs));
+            if sender.is_closed() || jobs.stopping.load(Ordering::Relaxed) {
                 return;
             }
-            let _ = sender.send(work());
+            CURRENT_JOB.with(|job| *job.borrow_mut() = Some(JobContext { abandoned, jobs }));
+            let result = work();
+            CURRENT_JOB.with(|job| *job.borrow_mut() = None);
+            let _ = sender.send(result);
         });
-        receiver
-            .await
-            .map_err(|_| LatheError::internal("CPU pool task panicked"))?
+        let result = receiver.await;
+        abandon_on_drop.armed = false;
+        result.map_err(|_| {
+            if self.jobs.stopping.load(Ordering::Relaxed) {
+                LatheError::Unavailable("the server is stopping".to_string())
+            } else {
+                LatheError::internal("CPU pool task panicked")
+            }
+        })?
+    }
+
+    /// Abandons all work: queued jobs are skipped, and running ones see
+    /// [`current_job_abandoned`]. For shutdown; the pool runs nothing after it.
+    pub fn stop(&self) {
+        self.jobs.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// Blocks until no job is queued or running, or `limit` has passed; true when idle.
+    pub fn wait_idle(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut unfinished = self
+            .jobs
+            .unfinished
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        while *unfinished > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            unfinished = self
+                .jobs
+                .all_finished
+                .wait_timeout(unfinished, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
     }
 }
 
@@ -55,31 +178,99 @@ mod tests {
 
     #[tokio::test]
     async fn work_nobody_awaits_is_skipped() {
+        use futures::FutureExt;
         let pool = CpuPool::new(1).unwrap();
         let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        // Block the only thread, then queue work and drop its future before it can start.
+        // Block the only thread, and know that it is blocked before queueing more work.
+        let (started, blocker_started) = oneshot::channel::<()>();
         let (release, blocked) = std::sync::mpsc::channel::<()>();
         let blocking_pool = pool.clone();
         let blocker = tokio::spawn(async move {
             blocking_pool
                 .run(move || {
+                    let _ = started.send(());
                     let _ = blocked.recv();
                     Ok(())
                 })
                 .await
         });
-        tokio::task::yield_now().await;
+        blocker_started.await.unwrap();
         let flag = ran.clone();
         let abandoned = pool.run(move || {
             flag.store(true, std::sync::atomic::Ordering::SeqCst);
             Ok(())
         });
-        // Polled once (so it is queued), then given up on like a cancelled request.
-        let timed_out = tokio::time::timeout(std::time::Duration::from_millis(20), abandoned).await;
-        assert!(timed_out.is_err());
+        // Polled once (so it is queued behind the blocker), then given up on like a cancelled
+        // request: it cannot have run, the only thread being blocked.
+        assert!(abandoned.now_or_never().is_none());
         release.send(()).unwrap();
         blocker.await.unwrap().unwrap();
+        // Queued after the abandoned work on the one thread: once it has run, so has that.
         pool.run(|| Ok(())).await.unwrap();
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    /// A job whose caller drops its future sees `current_job_abandoned` turn true while it runs,
+    /// and `wait_idle` returns only once it has finished.
+    #[tokio::test]
+    async fn running_work_learns_it_was_abandoned_and_wait_idle_waits_for_it() {
+        use futures::FutureExt;
+        let pool = CpuPool::new(1).unwrap();
+        assert!(!current_job_abandoned(), "outside a job");
+        let (started, job_started) = oneshot::channel::<()>();
+        let (saw_abandoned, job_saw) = std::sync::mpsc::channel::<bool>();
+        let running = pool.run(move || {
+            let _ = started.send(());
+            // Steps of long work: stop once nobody waits for the result.
+            while !current_job_abandoned() {
+                std::thread::yield_now();
+            }
+            let _ = saw_abandoned.send(true);
+            Ok(())
+        });
+        let mut running = Box::pin(running);
+        assert!((&mut running).now_or_never().is_none());
+        job_started.await.unwrap();
+        assert!(!pool.wait_idle(Duration::ZERO), "the job is still running");
+        drop(running);
+        assert!(job_saw.recv().unwrap());
+        assert!(pool.wait_idle(Duration::from_secs(60)));
+    }
+
+    /// After `stop`, queued work is skipped and running work is abandoned.
+    #[tokio::test]
+    async fn stop_abandons_running_work_and_skips_queued_work() {
+        let pool = CpuPool::new(1).unwrap();
+        let (started, job_started) = oneshot::channel::<()>();
+        let running_pool = pool.clone();
+        let running = tokio::spawn(async move {
+            running_pool
+                .run(move || {
+                    let _ = started.send(());
+                    while !current_job_abandoned() {
+                        std::thread::yield_now();
+                    }
+                    Ok("stopped early")
+                })
+                .await
+        });
+        job_started.await.unwrap();
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&ran);
+        let queued_pool = pool.clone();
+        let queued = tokio::spawn(async move {
+            queued_pool
+                .run(move || {
+                    flag.store(true, Ordering::SeqCst);
+                    Ok("ran")
+                })
+                .await
+        });
+        pool.stop();
+        assert_eq!(running.await.unwrap().unwrap(), "stopped early");
+        let skipped = queued.await.unwrap().unwrap_err();
+        assert!(skipped.to_string().contains("stopping"), "{skipped}");
+        assert!(!ran.load(Ordering::SeqCst));
+        assert!(pool.wait_idle(Duration::from_secs(60)));
     }
 }

@@ -192,8 +192,19 @@ impl Engine {
     }
 
     /// Commits and closes every collection.
+    /// Commits every collection; then waits until no CPU work runs any more. After the drain
+    /// nobody waits for the pool's work: it is abandoned (inference stops at its next model run)
+    /// so that the process never exits under a running ONNX Runtime kernel (see `cpu_pool`).
     pub fn shutdown(&self) {
+        self.pool.stop();
         self.catalog.shutdown();
+        let limit = Duration::from_secs(30);
+        if !self.pool.wait_idle(limit) {
+            tracing::warn!(
+                limit_s = limit.as_secs(),
+                "CPU work still running at exit (a model run that does not end?)"
+            );
+        }
     }
 
     /// What List/GetCollection report of one collection; never fails, so that one collection
@@ -296,7 +307,6 @@ impl Engine {
         tokenizer: &BudgetTokenizer,
         max_sections: usize,
     ) -> Result<DocumentRecord> {
-        let count = |text: &str| tokenizer.count(text);
         let (text, spans) = match &document.sections {
             Some(boundaries) => {
                 let boundaries: Vec<(u64, u64, String)> = boundaries
@@ -316,7 +326,7 @@ impl Engine {
                     DocumentFormat::Html => Format::Html,
                 };
                 let parsed =
-                    sections::split_document(&document.text, format, section_tokens, &count);
+                    sections::split_document(&document.text, format, section_tokens, tokenizer);
                 (parsed.text.into_owned(), parsed.sections)
             }
         };

@@ -1,9 +1,21 @@
 //! Budget tokenizers: the tokenizer a collection counts budgets and chunk sizes in. One tokenization
 //! pass gives a text's [`TokenOffsets`]; counts of any span come from those offsets, and the final
 //! answer is recounted exactly with [`BudgetTokenizer::count`].
+//!
+//! # Bounded work per call
+//! The tokenizer never sees more than [`MAX_CALL_BYTES`] at once, nor a run of whitespace or of
+//! other chars longer than [`MAX_RUN_BYTES`] ([`for_each_tokenizer_call`]): a longer run is
+//! tokenized in pieces of at most [`MAX_RUN_BYTES`], cut at char boundaries. The Hugging Face
+//! tokenizers keep tens of bytes of alignment data per input byte (a 10 MB section took about
+//! 800 MB), and a byte-pair encoder's work grows faster than the length of one piece; cut this
+//! way, both stay proportional to the text with a small constant. Ordinary text is cut only
+//! where a letter or digit meets whitespace, which no tokenizer we ship merges across, so its
+//! tokens and counts are the same as in one call. Counts of huge tokens are then bounded as
+//! [`crate::tokens`] describes.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::SystemTime;
@@ -12,7 +24,16 @@ use tiktoken_rs::CoreBPE;
 use tokenizers::Tokenizer;
 
 use crate::error::{LatheError, Result};
-use crate::tokens::TokenOffsets;
+use crate::tokens::{
+    ceil_char_boundary, floor_char_boundary, SpanBounder, TokenOffsets, MAX_TOKEN_BYTES,
+};
+
+/// Longest run of whitespace, or of chars other than whitespace, handed to a tokenizer whole.
+pub const MAX_RUN_BYTES: usize = MAX_TOKEN_BYTES;
+/// Most bytes handed to a tokenizer in one call.
+pub const MAX_CALL_BYTES: usize = 32 << 10;
+/// Longest run handed to an embedder's tokenizer whole (see [`encode_in_calls`]).
+pub const EMBEDDER_MAX_RUN_BYTES: usize = MAX_CALL_BYTES / 2;
 
 /// Name of the default budget tokenizer: the tokenizer.json of all-MiniLM-L6-v2.
 pub const DEFAULT_TOKENIZER: &str = "minilm";
@@ -73,44 +94,340 @@ impl BudgetTokenizer {
         &self.name
     }
 
-    /// Token byte offsets of `text` (one pass, no special tokens).
+    /// Token byte offsets of `text` (one pass, no special tokens), bounded (see
+    /// [`crate::tokens`]).
     pub fn offsets(&self, text: &str) -> TokenOffsets {
+        let mut spans = Vec::new();
+        self.raw_spans(text, &mut |start, end| spans.push((start, end)));
+        TokenOffsets::bounded_from_spans(text, spans)
+    }
+
+    /// Token count of `text` as the caller's model would see it (no special tokens), except that
+    /// a huge token or untokenized stretch counts as [`crate::tokens`] describes; always
+    /// `self.offsets(text).len()`.
+    pub fn count(&self, text: &str) -> usize {
+        let mut bounder = SpanBounder::new(text);
+        let mut count = 0usize;
+        let mut tally = |_: usize, _: usize| count += 1;
+        self.raw_spans(text, &mut |start, end| bounder.push(start, end, &mut tally));
+        bounder.finish(&mut tally);
+        count
+    }
+
+    /// The tokenizer's own byte spans of `text`, in order, tokenized call by call as
+    /// [`for_each_tokenizer_call`] cuts it.
+    fn raw_spans(&self, text: &str, sink: &mut impl FnMut(usize, usize)) {
+        let join_pieces = matches!(self.kind, Kind::HuggingFace(_));
+        BUDGET_CALL_MEMO.with(|memo| {
+            let mut memo = memo.borrow_mut();
+            let (owner, memo) = &mut *memo;
+            if owner.as_str() != &*self.name {
+                owner.clear();
+                owner.push_str(&self.name);
+                *memo = CallMemo::default();
+            }
+            for_each_tokenizer_call(text, MAX_RUN_BYTES, join_pieces, |ranges| {
+                tokenize_call(
+                    text,
+                    ranges,
+                    memo,
+                    |input, tokens| self.tokenize_one_call(input, tokens),
+                    &mut |start, end, _| sink(start, end),
+                );
+            });
+        });
+    }
+
+    /// Byte spans (and ids) of the tokens of one call's input, in order.
+    fn tokenize_one_call(&self, input: &str, tokens: &mut dyn FnMut(usize, usize, u32)) {
         match &self.kind {
             // `encode` (not `encode_fast`) tracks byte offsets.
-            Kind::HuggingFace(tokenizer) => match tokenizer.encode(text, false) {
+            Kind::HuggingFace(tokenizer) => match tokenizer.encode(input, false) {
                 Ok(encoding) => {
-                    TokenOffsets::from_spans(text, encoding.get_offsets().iter().copied())
+                    for (&(start, end), &id) in
+                        encoding.get_offsets().iter().zip(encoding.get_ids())
+                    {
+                        tokens(start, end, id);
+                    }
                 }
                 Err(error) => {
                     // The HF tokenizers fail only on pathological configurations; fall back to
                     // whitespace words so that a query never fails on one odd section.
                     tracing::warn!(%error, tokenizer = %self.name, "tokenization failed, counting words");
-                    TokenOffsets::whitespace(text)
+                    let words = TokenOffsets::whitespace(input);
+                    for (&start, &end) in words.starts().iter().zip(words.ends()) {
+                        tokens(start as usize, end as usize, 0);
+                    }
                 }
             },
             Kind::Tiktoken(bpe) => {
-                let ranks = bpe.encode_ordinary(text);
-                let mut position = 0usize;
-                let spans = bpe._decode_native_and_split(ranks).map(|bytes| {
-                    let start = position;
+                let ranks = bpe.encode_ordinary(input);
+                let mut position = 0;
+                for (bytes, rank) in bpe._decode_native_and_split(ranks.clone()).zip(ranks) {
+                    tokens(position, position + bytes.len(), rank);
                     position += bytes.len();
-                    (start, position)
-                });
-                TokenOffsets::from_spans(text, spans)
+                }
             }
         }
     }
+}
 
-    /// Exact token count of `text` as the caller's model would see it (no special tokens).
-    pub fn count(&self, text: &str) -> usize {
-        match &self.kind {
-            Kind::HuggingFace(tokenizer) => match tokenizer.encode_fast(text, false) {
-                Ok(encoding) => encoding.len(),
-                Err(_) => TokenOffsets::whitespace(text).len(),
-            },
-            Kind::Tiktoken(bpe) => bpe.encode_ordinary(text).len(),
+/// Cuts `text` into tokenizer calls that cover it in order, and calls `call(ranges)` for each,
+/// `ranges` being consecutive byte ranges of `text`:
+/// - a run of whitespace chars, or of other chars, longer than `max_run_bytes` (the budget
+///   tokenizers use [`MAX_RUN_BYTES`]; at most `MAX_CALL_BYTES / 2`) is cut into pieces of at
+///   most `max_run_bytes` at char boundaries, a call each; with `join_pieces`,
+///   pieces of a run of non-whitespace go several to a call instead (up to [`MAX_CALL_BYTES`]),
+///   to be joined by a space ([`tokenize_call`]), so that a 10 MB word costs one call per 32 KiB
+///   rather than one per 128 bytes. Joining is for the Hugging Face tokenizers, whose per-call
+///   cost is high and which take a space as a word boundary (BERT exactly as separate calls);
+///   tiktoken would glue the space to the next piece;
+/// - the text between such runs goes in calls of one range of at most about [`MAX_CALL_BYTES`],
+///   cut before a whitespace run that follows a letter or digit (no tokenizer we ship merges
+///   across such a point: BERT splits at whitespace, and tiktoken's pre-split patterns end a
+///   letter or digit piece there), or, failing that for long, before any whitespace run.
+///
+/// Text with no run over `max_run_bytes` and at most `MAX_CALL_BYTES / 2` long is one call.
+pub fn for_each_tokenizer_call(
+    text: &str,
+    max_run_bytes: usize,
+    join_pieces: bool,
+    mut call: impl FnMut(&[Range<usize>]),
+) {
+    let max_run_bytes = max_run_bytes.clamp(4, MAX_CALL_BYTES / 2);
+    // Cut at a letter-or-digit/whitespace point once this long; at any whitespace once this long
+    // (runs in between are at most `max_run_bytes`, so a call stays under `MAX_CALL_BYTES`).
+    let soft_limit = MAX_CALL_BYTES / 2;
+    let hard_limit = (MAX_CALL_BYTES - 2 * max_run_bytes - 8).max(soft_limit / 2);
+    let mut stretch_start = 0usize;
+    let mut previous_run_ends_alphanumeric = false;
+    // Pieces of long runs of non-whitespace, waiting to go in one call, and their joined length.
+    let mut pieces: Vec<Range<usize>> = Vec::new();
+    let mut pieces_bytes = 0usize;
+    fn flush(
+        pieces: &mut Vec<Range<usize>>,
+        pieces_bytes: &mut usize,
+        call: &mut dyn FnMut(&[Range<usize>]),
+    ) {
+        if !pieces.is_empty() {
+            call(pieces);
+            pieces.clear();
+            *pieces_bytes = 0;
         }
     }
+    for_each_run(text, |run_start, run_end, is_whitespace| {
+        if run_end - run_start > max_run_bytes {
+            if stretch_start < run_start {
+                flush(&mut pieces, &mut pieces_bytes, &mut call);
+                call(&[stretch_start..run_start]);
+            }
+            let mut piece_start = run_start;
+            while piece_start < run_end {
+                let mut piece_end =
+                    floor_char_boundary(text, piece_start + max_run_bytes).min(run_end);
+                if piece_end <= piece_start {
+                    piece_end = ceil_char_boundary(text, piece_start + 1).min(run_end);
+                }
+                if is_whitespace || !join_pieces {
+                    flush(&mut pieces, &mut pieces_bytes, &mut call);
+                    call(&[piece_start..piece_end]);
+                } else {
+                    if pieces_bytes + 1 + (piece_end - piece_start) > MAX_CALL_BYTES {
+                        flush(&mut pieces, &mut pieces_bytes, &mut call);
+                    }
+                    pieces_bytes += 1 + (piece_end - piece_start);
+                    pieces.push(piece_start..piece_end);
+                }
+                piece_start = piece_end;
+            }
+            stretch_start = run_end;
+        } else if is_whitespace && run_start > stretch_start {
+            let stretch_bytes = run_start - stretch_start;
+            if (stretch_bytes >= soft_limit && previous_run_ends_alphanumeric)
+                || stretch_bytes >= hard_limit
+            {
+                flush(&mut pieces, &mut pieces_bytes, &mut call);
+                call(&[stretch_start..run_start]);
+                stretch_start = run_start;
+            }
+        }
+        previous_run_ends_alphanumeric = !is_whitespace
+            && text[..run_end]
+                .chars()
+                .next_back()
+                .is_some_and(char::is_alphanumeric);
+    });
+    flush(&mut pieces, &mut pieces_bytes, &mut call);
+    if stretch_start < text.len() {
+        call(&[stretch_start..text.len()]);
+    }
+}
+
+/// The inputs and tokens of the last few tokenizer calls. A run of one repeated char (or of a
+/// repeated pattern that fits the piece grid) gives the same inputs call after call; calls are
+/// independent of each other, so their tokens can be replayed exactly, and 10 MB of one letter
+/// costs a few tokenizations instead of three hundred. (A run's full calls and its last, shorter
+/// one alternate: one entry would not do.)
+#[derive(Default)]
+pub struct CallMemo {
+    /// Most recently used first.
+    entries: Vec<(String, Vec<(usize, usize, u32)>)>,
+}
+
+impl CallMemo {
+    const ENTRIES: usize = 4;
+
+    /// The tokens of `input`, tokenized with `tokenize` unless remembered.
+    fn tokens(
+        &mut self,
+        input: &str,
+        tokenize: impl FnOnce(&str, &mut dyn FnMut(usize, usize, u32)),
+    ) -> &[(usize, usize, u32)] {
+        match self.entries.iter().position(|(known, _)| known == input) {
+            Some(index) => self.entries[..=index].rotate_right(1),
+            None => {
+                let mut tokens = Vec::new();
+                tokenize(input, &mut |start, end, id| tokens.push((start, end, id)));
+                if self.entries.len() == Self::ENTRIES {
+                    self.entries.pop();
+                }
+                self.entries.insert(0, (input.to_string(), tokens));
+            }
+        }
+        &self.entries[0].1
+    }
+}
+
+thread_local! {
+    /// The budget tokenizers' memo, per thread (the CPU pool's threads live as long as the
+    /// server): the sections of one huge word are counted one after the other, each starting with
+    /// the same call. Tagged with the tokenizer's name, so another tokenizer starts afresh.
+    static BUDGET_CALL_MEMO: std::cell::RefCell<(String, CallMemo)> =
+        std::cell::RefCell::new((String::new(), CallMemo::default()));
+}
+
+/// Tokenizes one call of [`for_each_tokenizer_call`]: hands `ranges` of `text` to `tokenize` as
+/// one string (a single range as it is; several joined by a space, which every tokenizer we ship
+/// takes as a word boundary) unless `memo` holds that very input, and passes each token
+/// `(start, end, id)`, mapped back to `text`, to `sink`. A token wholly inside a joining space
+/// is dropped; one that begins in it (a byte-level BPE glues the space to the next word) is
+/// taken to begin with the next range.
+pub fn tokenize_call(
+    text: &str,
+    ranges: &[Range<usize>],
+    memo: &mut CallMemo,
+    tokenize: impl FnOnce(&str, &mut dyn FnMut(usize, usize, u32)),
+    sink: &mut dyn FnMut(usize, usize, u32),
+) {
+    let [first, rest @ ..] = ranges else {
+        return;
+    };
+    let mut joined_starts = Vec::with_capacity(ranges.len());
+    let input: std::borrow::Cow<'_, str> = if rest.is_empty() {
+        joined_starts.push(0);
+        std::borrow::Cow::Borrowed(&text[first.clone()])
+    } else {
+        let mut joined = String::with_capacity(ranges.iter().map(|r| r.len() + 1).sum());
+        for range in ranges {
+            if !joined.is_empty() {
+                joined.push(' ');
+            }
+            joined_starts.push(joined.len());
+            joined.push_str(&text[range.clone()]);
+        }
+        std::borrow::Cow::Owned(joined)
+    };
+    let tokens = memo.tokens(&input, tokenize);
+    // The range an input position lies in or, in the space after a range, that range.
+    let range_at = |position: usize| joined_starts.partition_point(|&s| s <= position).max(1) - 1;
+    for &(start, end, id) in tokens {
+        let index = range_at(start);
+        let range = &ranges[index];
+        let range_end_in_input = joined_starts[index] + range.len();
+        let start_in_text = if start < range_end_in_input {
+            range.start + (start - joined_starts[index])
+        } else if end <= range_end_in_input + 1 || index + 1 == ranges.len() {
+            // Wholly inside the joining space (or past the end: never from a real tokenizer).
+            continue;
+        } else {
+            ranges[index + 1].start
+        };
+        let end_index = range_at(end.saturating_sub(1).max(start));
+        let end_range = &ranges[end_index];
+        let end_in_text = end_range.start + (end - joined_starts[end_index]).min(end_range.len());
+        sink(start_in_text, end_in_text.max(start_in_text), id);
+    }
+}
+
+/// Calls `run(start, end, is_whitespace)` for each maximal run of whitespace chars and of other
+/// chars of `text`, in order.
+fn for_each_run(text: &str, mut run: impl FnMut(usize, usize, bool)) {
+    let mut chars = text.char_indices();
+    let Some((_, first)) = chars.next() else {
+        return;
+    };
+    let mut run_start = 0usize;
+    let mut run_is_whitespace = first.is_whitespace();
+    for (position, ch) in chars {
+        let is_whitespace = ch.is_whitespace();
+        if is_whitespace != run_is_whitespace {
+            run(run_start, position, run_is_whitespace);
+            run_start = position;
+            run_is_whitespace = is_whitespace;
+        }
+    }
+    run(run_start, text.len(), run_is_whitespace);
+}
+
+/// Ids and byte offsets of `text` in a Hugging Face tokenizer (no special tokens), for an
+/// embedder: tokenized call by call as [`for_each_tokenizer_call`] cuts it with runs of at most
+/// [`EMBEDDER_MAX_RUN_BYTES`], so that one huge text or word never makes one huge call, while a
+/// huge word stays a few `[UNK]`s (pieces of 128 bytes, as for budgets, would make a 5 MB word
+/// 40,000 model inputs). Calls stop once `max_tokens` ids are in (callers that truncate pass
+/// their limit; the result may hold a few more).
+pub fn encode_in_calls(
+    tokenizer: &Tokenizer,
+    text: &str,
+    max_tokens: usize,
+) -> std::result::Result<EncodedText, tokenizers::Error> {
+    let mut ids = Vec::new();
+    let mut offsets = Vec::new();
+    let mut failure = None;
+    let mut memo = CallMemo::default();
+    for_each_tokenizer_call(text, EMBEDDER_MAX_RUN_BYTES, false, |ranges| {
+        if failure.is_some() || ids.len() >= max_tokens {
+            return;
+        }
+        tokenize_call(
+            text,
+            ranges,
+            &mut memo,
+            |input, tokens| match tokenizer.encode(input, false) {
+                Ok(encoding) => {
+                    for (&(start, end), &id) in
+                        encoding.get_offsets().iter().zip(encoding.get_ids())
+                    {
+                        tokens(start, end, id);
+                    }
+                }
+                Err(error) => failure = Some(error),
+            },
+            &mut |start, end, id| {
+                ids.push(id);
+                offsets.push((start, end));
+            },
+        );
+    });
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(EncodedText { ids, offsets }),
+    }
+}
+
+/// Ids and byte offsets of one text, from [`encode_in_calls`].
+pub struct EncodedText {
+    pub ids: Vec<u32>,
+    pub offsets: Vec<(usize, usize)>,
 }
 
 fn load_tokenizer_json(path: &Path, field: &str) -> Result<Arc<Tokenizer>> {
@@ -217,6 +534,243 @@ pub(crate) mod tests {
                     text.is_char_boundary(offsets.start(i))
                         && text.is_char_boundary(offsets.end(i))
                 );
+            }
+        }
+    }
+
+    fn calls_of(text: &str) -> Vec<Vec<Range<usize>>> {
+        let mut calls = Vec::new();
+        for_each_tokenizer_call(text, MAX_RUN_BYTES, true, |ranges| {
+            calls.push(ranges.to_vec())
+        });
+        calls
+    }
+
+    #[test]
+    fn ordinary_text_is_one_call_and_long_runs_are_cut_into_pieces_of_one_call() {
+        let text = "Plain words, and more words.\n\nA second paragraph.";
+        assert_eq!(calls_of(text), [vec![0..text.len()]]);
+        assert!(calls_of("").is_empty());
+
+        let text = format!("zebra {} tail", "b".repeat(1000));
+        let calls = calls_of(&text);
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        assert_eq!(calls[0], [0..6]);
+        assert_eq!(calls[1].len(), 1000usize.div_ceil(MAX_RUN_BYTES));
+        assert_eq!(calls[1][0], 6..6 + MAX_RUN_BYTES);
+        assert_eq!(calls[1].last().unwrap().end, 1006);
+        assert_eq!(calls[2], [1006..text.len()]);
+        // Without joining, a piece a call.
+        let mut separate = 0;
+        for_each_tokenizer_call(&text, MAX_RUN_BYTES, false, |ranges| {
+            assert_eq!(ranges.len(), 1);
+            separate += 1;
+        });
+        assert_eq!(separate, 2 + 1000usize.div_ceil(MAX_RUN_BYTES));
+        // Whitespace runs are cut too, a piece a call.
+        let spaces = format!("a{}b", " ".repeat(300));
+        assert_eq!(
+            calls_of(&spaces).len(),
+            2 + 300usize.div_ceil(MAX_RUN_BYTES)
+        );
+    }
+
+    #[test]
+    fn calls_cover_the_text_in_order_within_the_limits() {
+        let prose = "Sentence one, with words. Zwei Wörter! 東京 😀\n".repeat(5000);
+        let mixed = format!(
+            "{prose}{}{}{}{prose}",
+            "😀".repeat(30_000),
+            " \t\n".repeat(500),
+            "é".repeat(999)
+        );
+        for text in [prose.as_str(), mixed.as_str()] {
+            let calls = calls_of(text);
+            let mut expected_start = 0;
+            for ranges in &calls {
+                let joined_bytes: usize = ranges.iter().map(|r| r.len() + 1).sum::<usize>() - 1;
+                assert!(joined_bytes <= MAX_CALL_BYTES, "{joined_bytes} bytes");
+                for range in ranges {
+                    assert_eq!(range.start, expected_start);
+                    assert!(range.start < range.end && text.is_char_boundary(range.end));
+                    assert!(ranges.len() == 1 || range.len() <= MAX_RUN_BYTES);
+                    expected_start = range.end;
+                }
+            }
+            assert_eq!(expected_start, text.len());
+        }
+        // Ordinary text is cut where a letter or digit meets whitespace.
+        for ranges in &calls_of(&prose)[1..] {
+            let start = ranges[0].start;
+            assert!(prose[start..].starts_with(char::is_whitespace));
+            assert!(prose[..start].ends_with(char::is_alphanumeric));
+        }
+    }
+
+    /// Pieces joined into one call give each piece's tokens, mapped back, as separate calls do
+    /// (WordPiece), and a byte-level BPE's token that begins in the joining space is taken to
+    /// begin with the next piece.
+    #[test]
+    fn joined_pieces_tokenize_as_separate_calls() {
+        let text = format!("{}{}", "b".repeat(300), "😀".repeat(100));
+        let ranges = [0..128, 128..256, 256..300, 300..428, 428..500];
+        for name in ["minilm", "cl100k_base"] {
+            let tokenizer = BudgetTokenizer::resolve(name, &models_dir()).unwrap();
+            let mut joined = Vec::new();
+            tokenize_call(
+                &text,
+                &ranges,
+                &mut CallMemo::default(),
+                |input, tokens| tokenizer.tokenize_one_call(input, tokens),
+                &mut |start, end, id| joined.push((start, end, id)),
+            );
+            let mut separate = Vec::new();
+            for range in &ranges {
+                tokenize_call(
+                    &text,
+                    std::slice::from_ref(range),
+                    &mut CallMemo::default(),
+                    |input, tokens| tokenizer.tokenize_one_call(input, tokens),
+                    &mut |start, end, id| separate.push((start, end, id)),
+                );
+            }
+            if name == "minilm" {
+                assert_eq!(joined, separate);
+            }
+            for &(start, end, _) in &joined {
+                let range = ranges
+                    .iter()
+                    .find(|range| range.contains(&start))
+                    .expect("every token begins in a piece");
+                assert!(
+                    end <= range.end || name != "minilm",
+                    "{name}: {start}..{end}"
+                );
+                // Raw byte-level spans: not yet snapped to chars.
+                assert!(start < end, "{name}: {start}..{end}");
+            }
+            for pair in joined.windows(2) {
+                assert!(pair[0].0 <= pair[1].0, "{name}: out of order");
+            }
+        }
+    }
+
+    /// The tokenizers' own spans of a text tokenized in one call, and the calls' spans agree on
+    /// ordinary text longer than one call (cuts fall where no tokenizer merges across).
+    #[test]
+    fn ordinary_text_in_several_calls_tokenizes_as_in_one() {
+        let text = "The lathe turns; a gouge cuts 1234567 shavings, naïve café — 東京 😀 done.\n\n\
+                    Tabs\tand  double  spaces.\r\nDon't stop: it's 3.14159!\n"
+            .repeat(1500);
+        assert!(text.len() > 2 * MAX_CALL_BYTES);
+        let minilm = BudgetTokenizer::resolve("minilm", &models_dir()).unwrap();
+        let Kind::HuggingFace(hugging_face) = &minilm.kind else {
+            unreachable!()
+        };
+        let whole = hugging_face.encode(text.as_str(), false).unwrap();
+        assert_eq!(
+            minilm.offsets(&text),
+            TokenOffsets::from_spans(&text, whole.get_offsets().iter().copied())
+        );
+        for name in ["cl100k_base", "o200k_base"] {
+            let tokenizer = BudgetTokenizer::resolve(name, &models_dir()).unwrap();
+            let Kind::Tiktoken(bpe) = &tokenizer.kind else {
+                unreachable!()
+            };
+            assert_eq!(
+                tokenizer.count(&text),
+                bpe.encode_ordinary(&text).len(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_huge_word_counts_one_token_per_piece_in_minilm_and_more_in_tiktoken() {
+        let word = format!("zebra {}", "b".repeat(1_000_064));
+        let minilm = BudgetTokenizer::resolve("minilm", &models_dir()).unwrap();
+        // "zebra", then one [UNK] per piece of 128 b (WordPiece's word limit is 100 chars).
+        assert_eq!(minilm.count(&word), 1 + 1_000_064 / MAX_RUN_BYTES);
+        assert_eq!(minilm.offsets(&word).len(), minilm.count(&word));
+        for name in ["cl100k_base", "o200k_base"] {
+            let tokenizer = BudgetTokenizer::resolve(name, &models_dir()).unwrap();
+            assert!(
+                tokenizer.count(&word) >= 1_000_000 / MAX_TOKEN_BYTES,
+                "{name}"
+            );
+        }
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::tokens::MAX_BYTES_PER_TOKEN;
+
+        fn tokenizers() -> &'static [BudgetTokenizer] {
+            static TOKENIZERS: std::sync::OnceLock<Vec<BudgetTokenizer>> =
+                std::sync::OnceLock::new();
+            TOKENIZERS.get_or_init(|| {
+                ["minilm", "cl100k_base", "o200k_base"]
+                    .iter()
+                    .map(|name| BudgetTokenizer::resolve(name, &models_dir()).unwrap())
+                    .collect()
+            })
+        }
+
+        /// Words and punctuation with, now and then, a run of hundreds or thousands of one char
+        /// (a letter, an emoji, a CJK char, a combining mark, a control char, whitespace).
+        fn text_with_runs() -> impl Strategy<Value = String> {
+            let run = (
+                prop::sample::select(vec![
+                    "b", "😀", "東", "\u{301}", "\u{1}", " ", "\n", "-", "é", "\u{200b}",
+                ]),
+                0usize..3000,
+            )
+                .prop_map(|(unit, count)| unit.repeat(count));
+            prop::collection::vec(
+                prop_oneof![
+                    4 => "[a-zA-Z]{1,12}",
+                    2 => Just(" ".to_string()),
+                    1 => Just(". ".to_string()),
+                    1 => "\\PC{1,4}",
+                    2 => run,
+                ],
+                0..12,
+            )
+            .prop_map(|parts| parts.concat())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// The new invariant: no counted token spans more than MAX_TOKEN_BYTES, no more than
+            /// that lies outside tokens anywhere, so a text of k >= 1 tokens holds at most k *
+            /// MAX_BYTES_PER_TOKEN bytes; and the count is the offsets' length.
+            #[test]
+            fn bytes_per_counted_token_are_bounded(text in text_with_runs()) {
+                for tokenizer in tokenizers() {
+                    let offsets = tokenizer.offsets(&text);
+                    let count = tokenizer.count(&text);
+                    prop_assert_eq!(offsets.len(), count, "{}", tokenizer.name());
+                    prop_assert!(
+                        text.len() <= count.max(1) * MAX_BYTES_PER_TOKEN,
+                        "{}: {} bytes, {} tokens", tokenizer.name(), text.len(), count
+                    );
+                    if !text.is_empty() {
+                        prop_assert!(count >= 1);
+                    }
+                    let mut covered_to = 0usize;
+                    for i in 0..offsets.len() {
+                        let (start, end) = (offsets.start(i), offsets.end(i));
+                        prop_assert!(text.is_char_boundary(start) && text.is_char_boundary(end));
+                        prop_assert!(start <= end && end - start <= MAX_TOKEN_BYTES);
+                        prop_assert!(i == 0 || (offsets.start(i - 1) <= start && offsets.end(i - 1) <= end));
+                        prop_assert!(start <= covered_to + MAX_TOKEN_BYTES, "gap before token {}", i);
+                        covered_to = covered_to.max(end);
+                    }
+                    prop_assert!(text.len() <= covered_to + MAX_TOKEN_BYTES, "gap at the end");
+                }
             }
         }
     }

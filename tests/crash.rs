@@ -30,6 +30,7 @@ enum Known {
 struct Server {
     child: Child,
     client: LatheClient<tonic::transport::Channel>,
+    metrics_address: String,
 }
 
 async fn start(data_dir: &std::path::Path) -> Server {
@@ -38,6 +39,7 @@ async fn start(data_dir: &std::path::Path) -> Server {
     Server {
         child: server.child,
         client,
+        metrics_address: server.metrics_address,
     }
 }
 
@@ -118,47 +120,54 @@ async fn acknowledged_writes_survive_sigkill_and_nothing_is_half_applied() {
             known.insert(doc, intended);
             acknowledged_total += 1;
         }
-        let mut in_flight: Option<(usize, Known)> = None;
-        // Start one more write and kill the server while it may be in flight.
+        // One more write, in flight by construction when the server is killed: an upload that
+        // sends the document and keeps its stream open, so the call cannot end (nor be
+        // acknowledged); the kill comes at a random moment after the server has admitted it,
+        // while the batch may be anywhere between arriving and being committed.
         let doc = (next_random() % DOCUMENTS as u64) as usize;
         sequence += 1;
         let (text, sections) = document_text(doc, sequence);
         let mut pending = document(&format!("doc{doc}"), &text, proto::DocumentFormat::Plain);
         pending.sections = sections;
+        let (batches, receiver) = tokio::sync::mpsc::channel(1);
+        batches
+            .send(proto::UpsertDocumentsRequest {
+                collection: "c".into(),
+                documents: vec![pending],
+                wait: true,
+            })
+            .await
+            .unwrap();
         let mut client = server.client.clone();
         let pending_write = tokio::spawn(async move {
             client
-                .upsert_documents(proto::UpsertDocumentsRequest {
-                    collection: "c".into(),
-                    documents: vec![pending],
-                    wait: true,
-                })
+                .upload_documents(tokio_stream::wrappers::ReceiverStream::new(receiver))
                 .await
         });
+        while binary::requests_in_flight(&server.metrics_address) < 1 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         tokio::time::sleep(Duration::from_millis(next_random() % 5)).await;
         server.child.kill().expect("SIGKILL");
         let _ = server.child.wait();
-        if let Ok(Ok(_)) = pending_write.await {
-            known.insert(doc, Known::Present(sequence));
-            acknowledged_total += 1;
-        } else {
-            in_flight = Some((doc, Known::Present(sequence)));
-        }
-        let _ = round;
+        assert!(
+            pending_write.await.unwrap().is_err(),
+            "an upload whose stream never ended cannot be acknowledged"
+        );
+        drop(batches);
+        let in_flight = (doc, Known::Present(sequence));
         // The next round's verify allows the unacknowledged write to have landed or not.
         let mut server = start(dir.path()).await;
         verify(
             &mut server.client,
             dir.path(),
             &known,
-            in_flight.as_ref(),
+            Some(&in_flight),
             round,
         )
         .await;
-        if let Some((doc, _)) = in_flight {
-            // Settle the doubt so later rounds compare against one truth.
-            known.insert(doc, current_state(&mut server.client, doc).await);
-        }
+        // Settle the doubt so later rounds compare against one truth.
+        known.insert(doc, current_state(&mut server.client, doc).await);
         server.child.kill().unwrap();
         let _ = server.child.wait();
     }

@@ -485,7 +485,8 @@ async fn writer(
 }
 
 /// Queries in a loop while the writers work, each text twice in a row so that cached answers are
-/// checked too. Returns (answers, chunks checked, cache hits).
+/// checked too, and one pair more once they are done: however fast the writers finish, every
+/// reader checks answers, and a cached one. Returns (answers, chunks checked, cache hits).
 async fn reader(
     mut client: LatheClient<Channel>,
     history: Arc<History>,
@@ -498,9 +499,17 @@ async fn reader(
         .collect::<Vec<_>>()
         .join(" ");
     let (mut answers, mut chunks, mut hits) = (0, 0, 0);
-    while !writers_done.load(Ordering::SeqCst) {
+    let mut last_round = false;
+    loop {
+        if writers_done.load(Ordering::SeqCst) {
+            if last_round {
+                break;
+            }
+            last_round = true;
+        }
         let document = random.next(DOCUMENTS as u64) as usize;
         let query = match random.next(3) {
+            _ if last_round => every_document.clone(),
             0 => every_document.clone(),
             1 => document_word(document),
             // A version that exists now or soon: the newest written, or an older one.
@@ -517,7 +526,7 @@ async fn reader(
             }
         };
         let top_k = 3 * DOCUMENTS as u32;
-        let windows = random.next(2) == 0;
+        let windows = random.next(2) == 0 && !last_round;
         for _ in 0..2 {
             let request = if windows {
                 windows_request(&query, top_k)

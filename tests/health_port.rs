@@ -140,6 +140,9 @@ async fn the_health_port_answers_plaintext_while_the_main_port_requires_tls() {
 
     // During the drain the health port stays up and reports NOT_SERVING (probes take the pod out
     // of rotation) while "" stays SERVING (the liveness probe does not restart a draining pod).
+    // The request in flight is an upload whose stream stays open until the drain has been seen,
+    // so it is in flight by construction, however fast the build (a 40-document upsert used to
+    // be, in a debug build, and could finish before it was seen in a release one).
     let documents: Vec<proto::Document> = (0..40)
         .map(|doc| {
             let text = (0..12)
@@ -151,44 +154,50 @@ async fn the_health_port_answers_plaintext_while_the_main_port_requires_tls() {
             document(&format!("d{doc}"), &text, proto::DocumentFormat::Plain)
         })
         .collect();
+    let (batches, receiver) = tokio::sync::mpsc::channel(1);
+    batches
+        .send(proto::UpsertDocumentsRequest {
+            collection: "c".to_string(),
+            documents,
+            wait: true,
+        })
+        .await
+        .unwrap();
     let mut writer = client.clone();
     let in_flight = tokio::spawn(async move {
         writer
-            .upsert_documents(proto::UpsertDocumentsRequest {
-                collection: "c".to_string(),
-                documents,
-                wait: true,
-            })
+            .upload_documents(tokio_stream::wrappers::ReceiverStream::new(receiver))
             .await
     });
     while binary::requests_in_flight(metrics_address) < 1 {
-        assert!(
-            !in_flight.is_finished(),
-            "the upsert finished before it was seen in flight"
-        );
+        if in_flight.is_finished() {
+            panic!(
+                "the upload ended while its stream was open: {:?}",
+                in_flight.await
+            );
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     shutdown_tx.send(()).unwrap();
-    let mut draining = None;
-    while !in_flight.is_finished() {
+    let draining = loop {
         match plaintext_health(health_address, LATHE_SERVICE).await {
-            Some(ServingStatus::NotServing) => {
-                draining = Some(plaintext_health(health_address, "").await);
-                break;
-            }
+            Some(ServingStatus::NotServing) => break plaintext_health(health_address, "").await,
+            // The signal has not reached the reporter yet.
             Some(ServingStatus::Serving) => {}
             other => panic!("health port during the drain: {other:?}"),
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    };
+    // Ends the upload: it completes, and the drain with it.
+    drop(batches);
     let upserted = in_flight
         .await
         .unwrap()
-        .expect("in-flight upsert completes");
+        .expect("in-flight upload completes");
     assert_eq!(upserted.into_inner().documents, 40);
     assert_eq!(
         draining,
-        Some(Some(ServingStatus::Serving)),
+        Some(ServingStatus::Serving),
         "the health port must report lathe.v1.Lathe NOT_SERVING and \"\" SERVING during the drain"
     );
     server.await.unwrap().expect("clean stop");

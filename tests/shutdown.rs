@@ -1,7 +1,11 @@
-//! Graceful shutdown of the real binary: `lathe serve` gets SIGTERM while large upserts (with
-//! `wait`) and Retrieves are in flight. Every request started before the signal completes OK, new
+//! Graceful shutdown of the real binary: `lathe serve` gets SIGTERM while uploads (with `wait`)
+//! and Retrieves are in flight. Every request started before the signal completes OK, new
 //! connections and new requests after it are not served, the process exits 0 on its own, and a
 //! restart finds every acknowledged document.
+//!
+//! The uploads are in flight by construction, not by the speed of the build: their streams stay
+//! open until the test closes them, so no server can finish them sooner (40-document upserts used
+//! to stand in for "in flight", and could finish before the signal in a release build).
 
 mod common;
 
@@ -13,8 +17,7 @@ use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
 use tonic::transport::Endpoint;
 
-/// Documents per large upsert: enough that embedding them takes seconds, so the upserts are
-/// still in flight when the signal arrives.
+/// Documents per upload batch.
 const BATCH_DOCUMENTS: usize = 40;
 /// Generous so that a slow machine never turns the drain into a timeout.
 const DRAIN_TIMEOUT_MS: u64 = 180_000;
@@ -64,28 +67,27 @@ async fn sigterm_drains_in_flight_requests_refuses_new_ones_and_commits() {
     }
     upsert(&mut setup, "small", batch("small", 20)).await;
 
-    // Two large upserts, each on its own connection, and Retrieves on a third connection.
+    // Two uploads, each on its own connection, whose streams stay open; Retrieves on a third
+    // connection.
     let started = Instant::now();
     let mut upserts = Vec::new();
-    for name in ["a", "b"] {
+    let mut open_streams = Vec::new();
+    for _ in ["a", "b"] {
         let mut client = connect(&server.address).await;
-        let documents = batch(name, BATCH_DOCUMENTS);
+        let (batches, receiver) = tokio::sync::mpsc::channel::<proto::UpsertDocumentsRequest>(1);
+        open_streams.push(batches);
         upserts.push(tokio::spawn(async move {
             client
-                .upsert_documents(proto::UpsertDocumentsRequest {
-                    collection: name.to_string(),
-                    documents,
-                    wait: true,
-                })
+                .upload_documents(tokio_stream::wrappers::ReceiverStream::new(receiver))
                 .await
         }));
     }
     let mut reader = connect(&server.address).await;
-    // Started once the upserts hold the CPU pool, so they queue behind the embedding.
+    // Both uploads are admitted (their handlers run) once the server counts them.
     while requests_in_flight(&server.metrics_address) < 2 {
         assert!(
             upserts.iter().all(|task| !task.is_finished()),
-            "an upsert finished before both were in flight; make BATCH_DOCUMENTS larger"
+            "an upload ended while its stream was open"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -108,7 +110,7 @@ async fn sigterm_drains_in_flight_requests_refuses_new_ones_and_commits() {
     let unfinished_retrieves = retrieves.iter().filter(|task| !task.is_finished()).count();
     assert_eq!(
         unfinished_upserts, 2,
-        "both upserts must be in flight at the signal; make BATCH_DOCUMENTS larger"
+        "both uploads are in flight at the signal: their streams are open"
     );
     eprintln!(
         "SIGTERM {:?} after the upserts started, with {unfinished_upserts} upserts and \
@@ -170,6 +172,18 @@ async fn sigterm_drains_in_flight_requests_refuses_new_ones_and_commits() {
         );
     }
 
+    // The uploads send their documents only now, during the drain, and end: the server does
+    // that work (sectioning, embedding, a commit for `wait`) before it exits.
+    for (name, batches) in ["a", "b"].into_iter().zip(open_streams) {
+        batches
+            .send(proto::UpsertDocumentsRequest {
+                collection: name.to_string(),
+                documents: batch(name, BATCH_DOCUMENTS),
+                wait: true,
+            })
+            .await
+            .expect("the upload's stream is open");
+    }
     // Every request in flight at the signal completes OK.
     for (name, task) in ["a", "b"].into_iter().zip(upserts) {
         let response = task
@@ -241,21 +255,26 @@ async fn when_the_drain_time_runs_out_the_server_still_exits_0_and_reopens_clean
     let mut client = connect(&server.address).await;
     create_collection(&mut client, "a").await;
     upsert(&mut client, "a", batch("first", 5)).await;
+    // An upload that sends a batch and keeps its stream open: in flight until the drain ends it.
     let mut writer = client.clone();
-    let documents = batch("late", BATCH_DOCUMENTS);
+    let (batches, receiver) = tokio::sync::mpsc::channel::<proto::UpsertDocumentsRequest>(1);
+    batches
+        .send(proto::UpsertDocumentsRequest {
+            collection: "a".to_string(),
+            documents: batch("late", BATCH_DOCUMENTS),
+            wait: true,
+        })
+        .await
+        .unwrap();
     let pending = tokio::spawn(async move {
         writer
-            .upsert_documents(proto::UpsertDocumentsRequest {
-                collection: "a".to_string(),
-                documents,
-                wait: true,
-            })
+            .upload_documents(tokio_stream::wrappers::ReceiverStream::new(receiver))
             .await
     });
     while requests_in_flight(&server.metrics_address) < 1 {
         assert!(
             !pending.is_finished(),
-            "the upsert finished before it was seen in flight"
+            "the upload ended while its stream was open"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -267,8 +286,9 @@ async fn when_the_drain_time_runs_out_the_server_still_exits_0_and_reopens_clean
         rest.iter().any(|line| line.contains("drain time over")),
         "the 1 ms drain should have run out: {rest:#?}"
     );
-    // The cut-off upsert was never acknowledged; what was acknowledged before is there.
+    // The cut-off upload was never acknowledged; what was acknowledged before is there.
     let cut_off = pending.await.unwrap();
+    drop(batches);
     assert!(
         cut_off.is_err(),
         "an upsert cut off by the drain must not be acknowledged"

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod convert;
 pub mod deadline;
 pub mod grpc;
+pub mod incoming;
 pub mod status;
 
 #[allow(clippy::all, missing_docs)]
@@ -135,13 +136,10 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(lathe)
-        // `serve_with_incoming` ignores `Server::tcp_nodelay`: without TCP_NODELAY on accepted
-        // sockets, Nagle holds back the response's last frames for the client's delayed ACK and
-        // every unary call takes ~40 ms on Linux.
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            signal,
-        );
+        // Our own accept loop: TCP_NODELAY on every socket (`serve_with_incoming` ignores
+        // `Server::tcp_nodelay`), and a pause instead of a busy loop when the process is out of
+        // file descriptors (see `incoming`).
+        .serve_with_incoming_shutdown(incoming::BackoffIncoming::new(listener, "main"), signal);
     let drain_deadline = async move {
         if drain_started_rx.await.is_ok() {
             tokio::time::sleep(drain).await;
@@ -206,7 +204,7 @@ async fn spawn_health_server(
         if let Err(error) = Server::builder()
             .add_service(health_service)
             .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                incoming::BackoffIncoming::new(listener, "health"),
                 stopped,
             )
             .await

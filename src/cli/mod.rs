@@ -112,6 +112,7 @@ fn check_models(config: &Config) -> anyhow::Result<()> {
 
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     check_models(&config)?;
+    log_open_file_limit();
     // Signal handlers are installed before the (slow) engine open: a SIGTERM that arrives while
     // indexes and models load must drain and exit 0, not kill the process with the default action.
     let shutdown = shutdown_signal()?;
@@ -120,6 +121,29 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", config.server.listen))?;
     crate::api::serve(config, listener, shutdown).await?;
     Ok(())
+}
+
+/// Raises the soft open-file limit to the hard one and says what it is; warns when it is below
+/// what the README asks for (each connection holds a descriptor).
+fn log_open_file_limit() {
+    use crate::api::incoming::{raise_open_file_limit, RECOMMENDED_OPEN_FILE_LIMIT};
+    match raise_open_file_limit() {
+        Ok((before, now)) if now < RECOMMENDED_OPEN_FILE_LIMIT => tracing::warn!(
+            open_file_limit = now,
+            soft_limit_before = before,
+            recommended = RECOMMENDED_OPEN_FILE_LIMIT,
+            "the open file limit is low: each client connection and each collection holds \
+             descriptors; raise `ulimit -n` (see README, File descriptors)"
+        ),
+        Ok((before, now)) => {
+            tracing::info!(
+                open_file_limit = now,
+                soft_limit_before = before,
+                "open file limit"
+            )
+        }
+        Err(error) => tracing::warn!(%error, "cannot read or raise the open file limit"),
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C). The handlers are installed when this is called, not

@@ -17,6 +17,7 @@ use ort::value::TensorRef;
 use tokenizers::Tokenizer;
 
 use super::{l2_normalize, validate_sentence_ranges, EmbedError, Embedder, FineMode, VectorMatrix};
+use crate::tokenizer::EncodedText;
 use crate::tokens::TokenOffsets;
 
 /// Hidden size of all-MiniLM-L6-v2.
@@ -214,16 +215,19 @@ impl MiniLmEmbedder {
         self.config.max_sequence_tokens - 2
     }
 
-    /// Token ids and byte offsets of `text`, without special tokens, untruncated.
-    fn tokenize(&self, text: &str) -> Result<tokenizers::Encoding, EmbedError> {
-        self.tokenizer
-            .encode(text, false)
+    /// Token ids and byte offsets of `text`, without special tokens, at least the first
+    /// `max_tokens` of them (all of them for `usize::MAX`). Tokenized in bounded calls (see
+    /// [`crate::tokenizer::encode_in_calls`]): a word of megabytes is cut into pieces of
+    /// [`crate::tokenizer::MAX_RUN_BYTES`] rather than handed whole to the tokenizer, which would
+    /// hold tens of bytes per input byte and give one `[UNK]` for it.
+    fn tokenize(&self, text: &str, max_tokens: usize) -> Result<EncodedText, EmbedError> {
+        crate::tokenizer::encode_in_calls(&self.tokenizer, text, max_tokens)
             .map_err(EmbedError::tokenize)
     }
 
     /// Number of model tokens of `text` ([CLS]/[SEP] excluded, no truncation).
     pub fn count_tokens(&self, text: &str) -> Result<usize, EmbedError> {
-        Ok(self.tokenize(text)?.len())
+        Ok(self.tokenize(text, usize::MAX)?.ids.len())
     }
 
     /// A free session if there is one, else waits for the next in turn.
@@ -257,6 +261,11 @@ impl MiniLmEmbedder {
         let mut token_type_ids: Vec<i64> = Vec::new();
         let mut batch_start = 0;
         while batch_start < order.len() {
+            // A run takes tens to hundreds of milliseconds and a section's batches can take
+            // seconds: stop between runs once the result has no taker (see `cpu_pool`).
+            if crate::cpu_pool::current_job_abandoned() {
+                return Err(EmbedError::Abandoned);
+            }
             // Sorted ascending, so the last sequence taken sets the padded length.
             let mut batch_end = batch_start;
             while batch_end < order.len()
@@ -379,9 +388,9 @@ impl MiniLmEmbedder {
         let mut targets = Vec::new();
         for (section_index, (text, sentences)) in sections.iter().enumerate() {
             for (row, range) in sentences.iter().enumerate() {
-                let encoding = self.tokenize(&text[range.clone()])?;
+                let encoding = self.tokenize(&text[range.clone()], self.max_content_tokens())?;
                 // A sentence without tokens keeps its zero row (see `Embedder::sentence_vectors`).
-                if encoding.is_empty() {
+                if encoding.ids.is_empty() {
                     continue;
                 }
                 encodings.push(encoding);
@@ -391,7 +400,7 @@ impl MiniLmEmbedder {
         let max_content = self.max_content_tokens();
         let token_lists: Vec<&[u32]> = encodings
             .iter()
-            .map(|encoding| &encoding.get_ids()[..encoding.len().min(max_content)])
+            .map(|encoding| &encoding.ids[..encoding.ids.len().min(max_content)])
             .collect();
         self.embed_token_lists(&token_lists, &targets, &mut matrices)?;
         Ok(matrices)
@@ -409,8 +418,8 @@ impl MiniLmEmbedder {
         let mut sentence_tokens: Vec<Vec<Range<usize>>> = Vec::with_capacity(sections.len());
         let mut windows: Vec<(usize, LateChunkingWindow)> = Vec::new();
         for (section_index, (text, sentences)) in sections.iter().enumerate() {
-            let encoding = self.tokenize(text)?;
-            let offsets = TokenOffsets::from_spans(text, encoding.get_offsets().iter().copied());
+            let encoding = self.tokenize(text, usize::MAX)?;
+            let offsets = TokenOffsets::from_spans(text, encoding.offsets.iter().copied());
             // A token belongs to the sentence its first byte lies in; this also works for
             // sentence ranges that leave gaps or split a token.
             sentence_tokens.push(
@@ -426,7 +435,7 @@ impl MiniLmEmbedder {
             );
             windows.extend(
                 plan_late_chunking_windows(
-                    encoding.len(),
+                    encoding.ids.len(),
                     self.max_content_tokens(),
                     self.config.late_chunking_overlap_tokens,
                 )
@@ -438,7 +447,7 @@ impl MiniLmEmbedder {
         let sequences: Vec<Sequence<'_>> = windows
             .iter()
             .map(|(section_index, window)| Sequence {
-                content_ids: &encodings[*section_index].get_ids()[window.tokens.clone()],
+                content_ids: &encodings[*section_index].ids[window.tokens.clone()],
             })
             .collect();
         self.run_sequences(&sequences, |window_index, states| {
@@ -524,14 +533,14 @@ impl Embedder for MiniLmEmbedder {
 
     fn embed_texts(&self, texts: &[&str]) -> Result<VectorMatrix, EmbedError> {
         let mut matrices = [VectorMatrix::zeros(MINILM_DIM, texts.len())];
+        let max_content = self.max_content_tokens();
         let encodings = texts
             .iter()
-            .map(|text| self.tokenize(text))
+            .map(|text| self.tokenize(text, max_content))
             .collect::<Result<Vec<_>, _>>()?;
-        let max_content = self.max_content_tokens();
         let token_lists: Vec<&[u32]> = encodings
             .iter()
-            .map(|encoding| &encoding.get_ids()[..encoding.len().min(max_content)])
+            .map(|encoding| &encoding.ids[..encoding.ids.len().min(max_content)])
             .collect();
         let targets: Vec<(usize, usize)> = (0..texts.len()).map(|row| (0, row)).collect();
         self.embed_token_lists(&token_lists, &targets, &mut matrices)?;

@@ -55,6 +55,10 @@ pub enum EmbedError {
     InvalidArgument { name: &'static str, message: String },
     #[error("corrupt vector bytes: {message}")]
     CorruptBytes { message: String },
+    /// The request that wanted the vectors is gone (cancelled, timed out, or the server is
+    /// stopping): inference stopped between two model runs.
+    #[error("stopped: nobody waits for these vectors any more")]
+    Abandoned,
 }
 
 impl EmbedError {

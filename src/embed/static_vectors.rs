@@ -109,11 +109,10 @@ impl StaticEmbedder {
     /// Writes the normalised mean of `text`'s token rows into `out` (zeros when it has no token).
     fn embed_into(&self, text: &str, out: &mut [f32]) -> Result<(), EmbedError> {
         out.fill(0.0);
-        let encoding = self
-            .tokenizer
-            .encode(text, false)
+        // In bounded calls: one call over a megabyte section would hold tens of bytes per byte.
+        let encoded = crate::tokenizer::encode_in_calls(&self.tokenizer, text, usize::MAX)
             .map_err(EmbedError::tokenize)?;
-        for &id in encoding.get_ids() {
+        for &id in &encoded.ids {
             let start = id as usize * self.dim;
             // An id past the table (a tokenizer/table mismatch) is skipped rather than trusted.
             let Some(row) = self.table.get(start..start + self.dim) else {

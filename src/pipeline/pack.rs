@@ -199,6 +199,7 @@ mod properties {
     use crate::chunk::{chunk_section, ChunkOptions, ChunkSpan, Unit};
     use crate::index::SectionHit;
     use crate::tokenizer::BudgetTokenizer;
+    use crate::tokens::MAX_BYTES_PER_TOKEN;
 
     fn tokenizer() -> &'static BudgetTokenizer {
         static TOKENIZER: OnceLock<BudgetTokenizer> = OnceLock::new();
@@ -241,6 +242,86 @@ mod properties {
             0..120,
         )
         .prop_map(|parts| parts.concat())
+    }
+
+    /// Words with, now and then, a run of hundreds or thousands of one char (a letter, an emoji,
+    /// a CJK char, a combining mark, a control char, whitespace): the huge tokens of issue 11.
+    fn text_with_runs() -> impl proptest::strategy::Strategy<Value = String> {
+        let run = (
+            prop::sample::select(vec!["b", "😀", "東", "\u{301}", "\u{1}", " ", "-"]),
+            0usize..4000,
+        )
+            .prop_map(|(unit, count)| unit.repeat(count));
+        prop::collection::vec(
+            prop_oneof![
+                4 => "[a-zA-Z]{1,8}",
+                2 => Just(" ".to_string()),
+                1 => Just(". ".to_string()),
+                2 => run,
+            ],
+            0..10,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    fn cl100k() -> &'static BudgetTokenizer {
+        static TOKENIZER: OnceLock<BudgetTokenizer> = OnceLock::new();
+        TOKENIZER.get_or_init(|| {
+            BudgetTokenizer::resolve("cl100k_base", &crate::tokenizer::tests::models_dir()).unwrap()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the text, returned bytes stay proportional to the budget: every chunk holds
+        /// at most `MAX_BYTES_PER_TOKEN` bytes per token it counts, so the packed text is at most
+        /// `budget * MAX_BYTES_PER_TOKEN` bytes (before the bound, one run was one token).
+        #[test]
+        fn packed_bytes_are_at_most_the_budget_times_the_bound(
+            texts in prop::collection::vec(text_with_runs(), 1..3),
+            max_size in 1u32..64,
+            budget in 1u32..200,
+            use_cl100k in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let tokenizer = if use_cl100k { cl100k() } else { tokenizer() };
+            let hits: Vec<SectionHit> = texts.iter().map(|t| section(t)).collect();
+            let analyses: Vec<Arc<SectionAnalysis>> = hits
+                .iter()
+                .map(|hit| Arc::new(SectionAnalysis { tokens: tokenizer.offsets(&hit.text), terms: Vec::new(), sentences: Vec::new() }))
+                .collect();
+            let options = ChunkOptions {
+                strategy: crate::chunk::Strategy::Fixed,
+                max_size,
+                overlap: 0,
+                unit: Unit::Tokens,
+                separators: None,
+            };
+            let mut candidates = Vec::new();
+            let mut spans: Vec<ChunkSpan> = Vec::new();
+            for (section, (hit, analysis)) in hits.iter().zip(&analyses).enumerate() {
+                chunk_section(&hit.text, &analysis.tokens, &options, None, &mut spans);
+                for (i, span) in spans.iter().enumerate() {
+                    let chunk_bytes = (span.end - span.start) as usize;
+                    prop_assert!(
+                        chunk_bytes <= (span.token_count as usize).max(1) * MAX_BYTES_PER_TOKEN,
+                        "a chunk of {} bytes counts {} tokens", chunk_bytes, span.token_count
+                    );
+                    let score = ((seed ^ (section as u64 * 7919 + i as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as f32;
+                    candidates.push(Candidate { score, ..Candidate::unscored(section as u32, span) });
+                }
+            }
+            candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
+            let packed = pack(&candidates, &hits, &analyses, budget, tokenizer);
+            let tokens: u32 = packed.iter().map(|s| s.token_count).sum();
+            let bytes: usize = packed.iter().map(|s| (s.end - s.start) as usize).sum();
+            prop_assert!(tokens <= budget);
+            prop_assert!(
+                bytes <= budget as usize * MAX_BYTES_PER_TOKEN,
+                "{} bytes packed into a budget of {}", bytes, budget
+            );
+        }
     }
 
     proptest! {

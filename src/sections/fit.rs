@@ -21,14 +21,14 @@ use std::ops::Range;
 use unicode_segmentation::UnicodeSegmentation;
 
 use super::plain::{paragraph_ranges, push_trimmed, trimmed, whitespace_separated_ranges};
-use super::{RawSection, SectionSpan};
+use super::{RawSection, SectionSpan, TokenCounter};
 
 /// Trims, drops empty and cuts oversized raw sections; returns the final sections in order.
-pub(super) fn fit_sections(
+pub(super) fn fit_sections<C: TokenCounter + ?Sized>(
     text: &str,
     raw_sections: Vec<RawSection>,
     section_tokens: usize,
-    count_tokens: &dyn Fn(&str) -> usize,
+    count_tokens: &C,
 ) -> Vec<SectionSpan> {
     let mut fitter = Fitter {
         text,
@@ -52,16 +52,23 @@ enum Level {
     Char,
 }
 
-struct Fitter<'t, 'c> {
+struct Fitter<'t, 'c, C: TokenCounter + ?Sized> {
     text: &'t str,
     section_tokens: usize,
-    count_tokens: &'c dyn Fn(&str) -> usize,
+    count_tokens: &'c C,
     sections: Vec<SectionSpan>,
 }
 
-impl Fitter<'_, '_> {
+impl<C: TokenCounter + ?Sized> Fitter<'_, '_, C> {
+    /// The count of `range`, or, when the counter knows without counting that it holds more than
+    /// the limit, that lower bound (a 10 MB word is not counted to learn that it is too big).
     fn count(&self, range: Range<usize>) -> usize {
-        (self.count_tokens)(&self.text[range])
+        let text = &self.text[range];
+        let least = self.count_tokens.least_tokens(text);
+        if least > self.section_tokens {
+            return least;
+        }
+        self.count_tokens.count(text)
     }
 
     fn fits(&self, range: Range<usize>) -> bool {
@@ -114,6 +121,9 @@ impl Fitter<'_, '_> {
                 Level::Grapheme
             }
             Level::Grapheme => {
+                if self.cut_word_at_token_starts(range.clone(), heading_path) {
+                    return;
+                }
                 let boundaries = self.text[range.clone()]
                     .grapheme_indices(true)
                     .map(|(offset, _)| range.start + offset)
@@ -183,6 +193,109 @@ impl Fitter<'_, '_> {
             self.emit(group(end), heading_path);
             first = end;
         }
+    }
+
+    /// Cuts `word` (a whitespace-free range known not to fit) at grapheme boundaries in one pass
+    /// over its token offsets: each section ends where the `section_tokens + 1`-th token after its
+    /// start begins (moved back to a grapheme boundary), or a sixteenth of the limit earlier when
+    /// the piece's own count is over, or else at the longest prefix a binary search finds. False
+    /// (nothing emitted) when the counter gives no offsets.
+    fn cut_word_at_token_starts(&mut self, word: Range<usize>, heading_path: &[String]) -> bool {
+        let Some(starts) = self.count_tokens.token_starts(&self.text[word.clone()]) else {
+            return false;
+        };
+        let word_text = &self.text[word.clone()];
+        let grapheme_floor = |position: usize| -> usize {
+            let mut cursor =
+                unicode_segmentation::GraphemeCursor::new(position - word.start, word.len(), true);
+            match cursor.is_boundary(word_text, 0) {
+                Ok(true) => position,
+                _ => match cursor.prev_boundary(word_text, 0) {
+                    Ok(Some(boundary)) => word.start + boundary,
+                    _ => word.start,
+                },
+            }
+        };
+        let limit = self.section_tokens;
+        let mut first = word.start;
+        while first < word.end {
+            let first_token =
+                starts.partition_point(|&start| word.start + (start as usize) < first);
+            let token_cut = |tokens: usize| -> usize {
+                match starts.get(first_token + tokens) {
+                    Some(&start) => grapheme_floor(word.start + start as usize),
+                    None => word.end,
+                }
+            };
+            let mut end = None;
+            for tokens in [limit, limit - limit / 16 - usize::from(limit > 1)] {
+                let cut = token_cut(tokens.max(1));
+                if cut > first && self.fits(first..cut) {
+                    end = Some(cut);
+                    break;
+                }
+            }
+            let end = match end {
+                Some(end) => end,
+                None => match self.longest_fitting_graphemes(first, token_cut(limit), word.end) {
+                    Some(end) => end,
+                    None => {
+                        // Not even one grapheme fits: cut it at chars, or keep a lone char.
+                        let unit_end = first
+                            + self.text[first..word.end]
+                                .graphemes(true)
+                                .next()
+                                .map_or(word.end - first, str::len);
+                        let unit = first..unit_end;
+                        if self.text[unit.clone()].chars().nth(1).is_some() {
+                            self.split(unit, Level::Char, heading_path);
+                        } else {
+                            self.emit(unit, heading_path);
+                        }
+                        first = unit_end;
+                        continue;
+                    }
+                },
+            };
+            self.emit(first..end, heading_path);
+            first = end;
+        }
+        true
+    }
+
+    /// The furthest grapheme boundary `cut` in `first` + one grapheme `..= limit` such that
+    /// `first..cut` fits, by binary search; `None` when one grapheme alone does not fit. `limit`
+    /// is taken not to fit (it is only tested when it is one grapheme away); when it is not past
+    /// `first`, the search runs to `word_end`.
+    fn longest_fitting_graphemes(
+        &self,
+        first: usize,
+        limit: usize,
+        word_end: usize,
+    ) -> Option<usize> {
+        let limit = if limit > first { limit } else { word_end };
+        let boundaries: Vec<usize> = self.text[first..limit]
+            .grapheme_indices(true)
+            .map(|(offset, _)| first + offset)
+            .chain(std::iter::once(limit))
+            .collect();
+        if boundaries.len() < 2 || !self.fits(first..boundaries[1]) {
+            return None;
+        }
+        let mut known_fit = 1;
+        let mut known_over = boundaries.len() - 1;
+        if known_over == known_fit {
+            return Some(boundaries[known_fit]);
+        }
+        while known_over - known_fit > 1 {
+            let middle = known_fit + (known_over - known_fit) / 2;
+            if self.fits(first..boundaries[middle]) {
+                known_fit = middle;
+            } else {
+                known_over = middle;
+            }
+        }
+        Some(boundaries[known_fit])
     }
 
     /// Cuts the text between `boundaries[0]` and the last boundary into the longest prefixes that

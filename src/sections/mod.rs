@@ -78,17 +78,64 @@ pub enum SectionError {
     },
 }
 
+/// What sectioning counts with: any `Fn(&str) -> usize`, or the budget tokenizer, which can also
+/// give token offsets.
+pub trait TokenCounter {
+    /// Tokens of `text`.
+    fn count(&self, text: &str) -> usize;
+
+    /// Start bytes of the tokens of `text`, in order, when the counter has them: an oversized
+    /// word is then cut where its `section_tokens + 1`-th token starts (each cut verified with
+    /// [`TokenCounter::count`]) instead of by a search that counts a prefix some twenty times.
+    fn token_starts(&self, _text: &str) -> Option<Vec<u32>> {
+        None
+    }
+
+    /// A number of tokens `text` is sure to hold, known without counting (0 when nothing is
+    /// known): a text that surely holds more than the limit is cut without being counted.
+    fn least_tokens(&self, _text: &str) -> usize {
+        0
+    }
+}
+
+impl<F: Fn(&str) -> usize + ?Sized> TokenCounter for F {
+    fn count(&self, text: &str) -> usize {
+        self(text)
+    }
+}
+
+impl TokenCounter for crate::tokenizer::BudgetTokenizer {
+    fn count(&self, text: &str) -> usize {
+        crate::tokenizer::BudgetTokenizer::count(self, text)
+    }
+
+    fn token_starts(&self, text: &str) -> Option<Vec<u32>> {
+        Some(self.offsets(text).starts().to_vec())
+    }
+
+    /// A text of `k` tokens holds at most `(2k + 1) * MAX_TOKEN_BYTES` bytes (see
+    /// [`crate::tokens`]).
+    fn least_tokens(&self, text: &str) -> usize {
+        text.len()
+            .div_ceil(crate::tokens::MAX_TOKEN_BYTES)
+            .saturating_sub(1)
+            / 2
+    }
+}
+
 /// Cuts `text` into sections by its structure (see the module doc for the guarantees).
 ///
 /// `section_tokens` of 0 is treated as 1. `count_tokens` sees each raw section once, each piece of
 /// an oversized one once, and each group of pieces once (plus a binary search when the summed
 /// estimate was wrong), so the text it is given adds up to a small multiple of the document
 /// (about 2.3x for Markdown READMEs at 256 MiniLM tokens), never to one count per pair of pieces.
-pub fn split_document<'a>(
+/// A word too big for one section is cut in one pass over its token offsets when the counter
+/// gives them (the budget tokenizer does), else by a search over its graphemes.
+pub fn split_document<'a, C: TokenCounter + ?Sized>(
     text: &'a str,
     format: Format,
     section_tokens: usize,
-    count_tokens: &dyn Fn(&str) -> usize,
+    count_tokens: &C,
 ) -> ParsedDocument<'a> {
     let section_tokens = section_tokens.max(1);
     match format {

@@ -382,3 +382,66 @@ proptest! {
         }
     }
 }
+
+/// The budget tokenizer with a tally of the bytes it was given: the work sectioning does.
+struct TalliedTokenizer {
+    tokenizer: crate::tokenizer::BudgetTokenizer,
+    bytes: std::cell::Cell<usize>,
+}
+
+impl TokenCounter for TalliedTokenizer {
+    fn count(&self, text: &str) -> usize {
+        self.bytes.set(self.bytes.get() + text.len());
+        self.tokenizer.count(text)
+    }
+
+    fn token_starts(&self, text: &str) -> Option<Vec<u32>> {
+        self.bytes.set(self.bytes.get() + text.len());
+        self.tokenizer.token_starts(text)
+    }
+
+    fn least_tokens(&self, text: &str) -> usize {
+        self.tokenizer.least_tokens(text)
+    }
+}
+
+/// A word of hundreds of kilobytes (one letter, one emoji, one CJK char) is cut into sections of
+/// at most the limit by the bounded count, each at most `limit * MAX_BYTES_PER_TOKEN` bytes, in
+/// about two passes over the text (its offsets, then one count per section; not the ~20 counts
+/// per section of a search, and the text too big to fit is not counted whole), with every
+/// invariant kept.
+#[test]
+fn a_huge_word_is_cut_honestly_in_a_few_passes() {
+    use crate::tokens::MAX_BYTES_PER_TOKEN;
+    let models = crate::tokenizer::tests::models_dir();
+    for name in ["minilm", "cl100k_base"] {
+        for unit in ["b", "😀", "東"] {
+            let text = format!("zebra {} tail", unit.repeat((256 << 10) / unit.len()));
+            let counter = TalliedTokenizer {
+                tokenizer: crate::tokenizer::BudgetTokenizer::resolve(name, &models).unwrap(),
+                bytes: std::cell::Cell::new(0),
+            };
+            let limit = 256;
+            let document = split_document(&text, Format::Plain, limit, &counter);
+            let counted = counter.bytes.get();
+            let count = |piece: &str| counter.tokenizer.count(piece);
+            if let Err(broken) =
+                check_section_invariants(&document.text, &document.sections, limit, &count)
+            {
+                panic!("{name} {unit}: {broken}");
+            }
+            for section in &document.sections {
+                assert!(
+                    section.end - section.start <= limit * MAX_BYTES_PER_TOKEN,
+                    "{name} {unit}: a section of {} bytes",
+                    section.end - section.start
+                );
+            }
+            assert!(
+                counted <= 3 * text.len(),
+                "{name} {unit}: counted {counted} bytes for a text of {}",
+                text.len()
+            );
+        }
+    }
+}

@@ -47,11 +47,22 @@ pub struct Spawned {
 /// Starts `lathe serve` on data_dir with the metrics endpoint on a free port, `variables` on top,
 /// and waits until it serves.
 pub fn start(data_dir: &std::path::Path, variables: &[(&str, String)]) -> Server {
+    start_wrapped(&[], data_dir, variables)
+}
+
+/// [`start`], with the binary run by `wrapper` (a program and its arguments, which end with the
+/// command to run, e.g. `["prlimit", "--nofile=128:128", "--"]`); the child is the wrapper,
+/// which must exec the binary so that its pid is the server's.
+pub fn start_wrapped(
+    wrapper: &[&str],
+    data_dir: &std::path::Path,
+    variables: &[(&str, String)],
+) -> Server {
     let Spawned {
         child,
         metrics_address,
         log,
-    } = spawn(data_dir, variables);
+    } = spawn_wrapped(wrapper, data_dir, variables);
     // The server logs its bound address once indexes and models are loaded.
     let mut startup_log = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -85,8 +96,26 @@ pub fn start(data_dir: &std::path::Path, variables: &[(&str, String)]) -> Server
 
 /// Starts `lathe serve` as `start` does, without waiting for it to serve.
 pub fn spawn(data_dir: &std::path::Path, variables: &[(&str, String)]) -> Spawned {
+    spawn_wrapped(&[], data_dir, variables)
+}
+
+/// [`spawn`], with the binary run by `wrapper` (see [`start_wrapped`]).
+pub fn spawn_wrapped(
+    wrapper: &[&str],
+    data_dir: &std::path::Path,
+    variables: &[(&str, String)],
+) -> Spawned {
     let metrics_address = free_local_address();
-    let mut child = Command::new(lathe_binary())
+    let binary = lathe_binary();
+    let mut command = match wrapper.split_first() {
+        None => Command::new(&binary),
+        Some((program, arguments)) => {
+            let mut command = Command::new(program);
+            command.args(arguments).arg(&binary);
+            command
+        }
+    };
+    let mut child = command
         .args([
             "serve",
             "--listen",
