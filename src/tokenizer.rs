@@ -198,7 +198,9 @@ pub fn for_each_tokenizer_call(
     // Cut at a letter-or-digit/whitespace point once this long; at any whitespace once this long
     // (runs in between are at most `max_run_bytes`, so a call stays under `MAX_CALL_BYTES`).
     let soft_limit = MAX_CALL_BYTES / 2;
-    let hard_limit = (MAX_CALL_BYTES - 2 * max_run_bytes - 8).max(soft_limit / 2);
+    let hard_limit = MAX_CALL_BYTES
+        .saturating_sub(2 * max_run_bytes + 8)
+        .max(soft_limit / 2);
     let mut stretch_start = 0usize;
     let mut previous_run_ends_alphanumeric = false;
     // Pieces of long runs of non-whitespace, waiting to go in one call, and their joined length.
@@ -219,7 +221,7 @@ pub fn for_each_tokenizer_call(
         if run_end - run_start > max_run_bytes {
             if stretch_start < run_start {
                 flush(&mut pieces, &mut pieces_bytes, &mut call);
-                call(&[stretch_start..run_start]);
+                call(std::slice::from_ref(&(stretch_start..run_start)));
             }
             let mut piece_start = run_start;
             while piece_start < run_end {
@@ -230,7 +232,7 @@ pub fn for_each_tokenizer_call(
                 }
                 if is_whitespace || !join_pieces {
                     flush(&mut pieces, &mut pieces_bytes, &mut call);
-                    call(&[piece_start..piece_end]);
+                    call(std::slice::from_ref(&(piece_start..piece_end)));
                 } else {
                     if pieces_bytes + 1 + (piece_end - piece_start) > MAX_CALL_BYTES {
                         flush(&mut pieces, &mut pieces_bytes, &mut call);
@@ -247,7 +249,7 @@ pub fn for_each_tokenizer_call(
                 || stretch_bytes >= hard_limit
             {
                 flush(&mut pieces, &mut pieces_bytes, &mut call);
-                call(&[stretch_start..run_start]);
+                call(std::slice::from_ref(&(stretch_start..run_start)));
                 stretch_start = run_start;
             }
         }
@@ -259,7 +261,7 @@ pub fn for_each_tokenizer_call(
     });
     flush(&mut pieces, &mut pieces_bytes, &mut call);
     if stretch_start < text.len() {
-        call(&[stretch_start..text.len()]);
+        call(std::slice::from_ref(&(stretch_start..text.len())));
     }
 }
 
@@ -271,8 +273,11 @@ pub fn for_each_tokenizer_call(
 #[derive(Default)]
 pub struct CallMemo {
     /// Most recently used first.
-    entries: Vec<(String, Vec<(usize, usize, u32)>)>,
+    entries: Vec<(String, CallTokens)>,
 }
+
+/// One call's tokens: (start, end, id), byte offsets in the call's input.
+type CallTokens = Vec<(usize, usize, u32)>;
 
 impl CallMemo {
     const ENTRIES: usize = 4;
@@ -475,6 +480,8 @@ fn load_tokenizer_json(path: &Path, field: &str) -> Result<Arc<Tokenizer>> {
 }
 
 #[cfg(test)]
+// Calls are lists of ranges: one call of one range is what many tests expect.
+#[allow(clippy::single_range_in_vec_init)]
 pub(crate) mod tests {
     use super::*;
 

@@ -196,12 +196,15 @@ fn metric(body: &str, series: &str) -> Option<i64> {
         .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
 }
 
-/// The ERROR line of the startup log about `collection`, which must name `file`.
+/// The catalog's ERROR line of the startup log about `collection` (a damaged index file also
+/// gets one from the checksum check before it), which must name `file`.
 fn assert_logged(startup_log: &[String], collection: &str, file: &str) {
     let line = startup_log
         .iter()
         .find(|line| {
-            line.contains(&format!("\"collection\":\"{collection}\"")) && line.contains("\"ERROR\"")
+            line.contains(&format!("\"collection\":\"{collection}\""))
+                && line.contains("\"ERROR\"")
+                && line.contains("collection cannot be opened")
         })
         .unwrap_or_else(|| {
             panic!(

@@ -4,7 +4,8 @@
 //! - out of file descriptors, the real binary pauses accepting instead of spinning, keeps serving
 //!   open connections, and accepts again once descriptors are free (`prlimit --nofile`);
 //! - with MiniLM, inference for a write whose client gave up stops, and a stop logs no ERROR line
-//!   (ONNX Runtime's error when the process exited under a running kernel).
+//!   (ONNX Runtime's error when the process exited under a running kernel);
+//! - 2,000 idle or half-open connections do not stop queries (fine before; kept so).
 
 mod common;
 
@@ -423,4 +424,75 @@ async fn abandoned_inference_stops_and_a_minilm_stop_logs_no_error() {
         .filter(|line| line.contains("\"level\":\"ERROR\""))
         .collect();
     assert!(errors.is_empty(), "ERROR lines: {errors:#?}");
+}
+
+/// Fine before the fixes, kept so: 1,000 connections that never send a byte and 1,000 that stop
+/// in the middle of the HTTP/2 preface, all held open, do not stop queries on a connection made
+/// before them nor on one made after them; once they close, the server serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_half_open_connections_do_not_stop_queries() {
+    const IDLE: usize = 1_000;
+    const HALF_OPEN: usize = 1_000;
+    let dir = tempfile::tempdir().unwrap();
+    let server = binary::start(dir.path(), &[("LATHE_MODELS__DENSE", "off".to_string())]);
+    let mut child = server.child;
+    let mut before = binary::connect(&server.address).await;
+    create_collection(&mut before, "c").await;
+    upsert(
+        &mut before,
+        "c",
+        vec![document(
+            "d",
+            "Hand planes need a sharp iron. Chisels pare end grain.",
+            proto::DocumentFormat::Plain,
+        )],
+    )
+    .await;
+
+    let mut held: Vec<tokio::net::TcpStream> = Vec::with_capacity(IDLE + HALF_OPEN);
+    for i in 0..IDLE + HALF_OPEN {
+        let mut stream = tokio::net::TcpStream::connect(&server.address)
+            .await
+            .expect("connect");
+        if i >= IDLE {
+            // The first half of the client preface, then silence.
+            tokio::io::AsyncWriteExt::write_all(&mut stream, b"PRI * HTTP/2.0\r\n")
+                .await
+                .expect("write a partial preface");
+        }
+        held.push(stream);
+    }
+
+    // A bound on hanging, not a speed claim: each query would otherwise wait for ever.
+    let limit = Duration::from_secs(60);
+    let mut after = tokio::time::timeout(limit, binary::connect(&server.address))
+        .await
+        .expect("a new connection is accepted while 2,000 others are held");
+    let mut worst = Duration::ZERO;
+    for round in 0..20 {
+        // Alternately on the connection made before them and the one made after.
+        let client = if round % 2 == 0 {
+            &mut before
+        } else {
+            &mut after
+        };
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(
+            limit,
+            client.retrieve(retrieve_request("c", &format!("sharp iron {round}"), 100)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("query {round} hung while connections were held"))
+        .expect("retrieve");
+        assert_eq!(answer.into_inner().chunks.len(), 1, "query {round}");
+        worst = worst.max(started.elapsed());
+    }
+    eprintln!("slowest of 20 queries with {IDLE} idle and {HALF_OPEN} half-open connections held: {worst:?}");
+
+    drop(held);
+    let answer = retrieve(&mut after, retrieve_request("c", "end grain", 100)).await;
+    assert_eq!(answer.chunks.len(), 1);
+    binary::sigterm(&child);
+    let status = binary::wait_for_exit(&mut child, Duration::from_secs(120));
+    assert!(status.success(), "lathe exited with {status}");
 }

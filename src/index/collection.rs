@@ -1294,7 +1294,7 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_file_opens_the_collection_damaged() {
+    fn a_damaged_file_refuses_the_open_with_data_loss_naming_it() {
         let data_dir = tempfile::tempdir().unwrap();
         let path = written_collection(data_dir.path());
         let postings = std::fs::read_dir(&path)
@@ -1307,39 +1307,24 @@ mod tests {
         std::fs::write(&postings, &damaged).unwrap();
         let file_name = postings.file_name().unwrap().to_string_lossy().into_owned();
 
-        let index = open(&path).unwrap();
-        let damage = index.damage().unwrap();
-        assert!(
-            damage.starts_with(&format!("index file `{file_name}` fails its checksum")),
-            "{damage}"
-        );
-        let filter = Filter {
-            doc_ids: vec!["a".to_string()],
-            ..Filter::default()
-        };
-        let error = index
-            .search(&index.snapshot(), &terms(&index, "hazards"), &filter, 8)
-            .unwrap_err();
-        match error {
-            LatheError::DataLoss {
+        // Nothing of it is served (the catalog lists it damaged): a query would silently miss
+        // the documents of the damaged segment.
+        match open(&path).map(|_| ()) {
+            Err(LatheError::DataLoss {
                 collection,
                 documents,
                 detail,
-            } => {
+            }) => {
                 assert_eq!(collection, "wiki");
-                assert_eq!(documents, vec!["a".to_string()]);
-                assert!(detail.contains(&file_name), "{detail}");
+                assert!(documents.is_empty());
+                assert!(
+                    detail.starts_with(&format!("index file `{file_name}` fails its checksum")),
+                    "{detail}"
+                );
             }
-            other => panic!("wanted DATA_LOSS, got {other}"),
+            other => panic!("wanted DATA_LOSS, got {other:?}"),
         }
-        assert!(matches!(
-            index.write(vec![WriteOp::Delete { doc_id: "a".into() }], true),
-            Err(LatheError::DataLoss { .. })
-        ));
-        assert!(matches!(index.stats(), Err(LatheError::DataLoss { .. })));
         // The damaged file stays as it was: nothing is repaired, removed or rewritten.
-        index.shutdown();
-        drop(index);
         assert_eq!(std::fs::read(&postings).unwrap(), damaged);
     }
 
