@@ -76,10 +76,12 @@ async fn within<T>(
     let span = tracing::info_span!("rpc", rpc, deadline_ms = limit.as_millis() as u64);
     match tokio::time::timeout(limit, call.instrument(span)).await {
         Ok(result) => result,
-        Err(_) => Err(Status::deadline_exceeded(format!(
-            "{rpc} did not finish within its deadline of {} ms",
-            limit.as_millis()
-        ))),
+        Err(_) => Err(LatheError::DeadlineExceeded {
+            call: rpc.to_string(),
+            limit,
+            set_by_client: false,
+        }
+        .into()),
     }
 }
 
