@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use moka::sync::Cache;
 
+use crate::content_hash::content_hash;
 use crate::tokens::TokenOffsets;
 use crate::types::{RetrieveQuery, RetrieveResult};
 
@@ -28,13 +29,8 @@ pub struct SectionKey {
 
 impl SectionKey {
     pub fn new(tokenizer_name: &str, text: &str) -> Self {
-        let tokenizer = u64::from_le_bytes(
-            blake3::hash(tokenizer_name.as_bytes()).as_bytes()[..8]
-                .try_into()
-                .unwrap_or_default(),
-        );
         Self {
-            tokenizer,
+            tokenizer: content_hash([tokenizer_name.as_bytes()]),
             content: *blake3::hash(text.as_bytes()).as_bytes(),
         }
     }

@@ -20,6 +20,7 @@ pub mod cache;
 pub mod chunk;
 pub mod cli;
 pub mod config;
+pub mod content_hash;
 pub mod cpu_pool;
 pub mod dense;
 pub mod embed;

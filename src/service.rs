@@ -11,6 +11,7 @@ use crate::cache::{Caches, ResultKey};
 use crate::chunk::{ChunkOptions, Strategy, Unit};
 use crate::config::{Config, LimitsConfig};
 use crate::config::{DenseModel, FineModeName};
+use crate::content_hash::content_hash;
 use crate::cpu_pool::CpuPool;
 use crate::embed::{
     Embedder, FineMode, MiniLmConfig, MiniLmEmbedder, QuantizedVectors, StaticEmbedder,
@@ -480,18 +481,15 @@ fn check_chunk_sizes(max_size: u32, overlap: u32, max_chunk_tokens: u32) -> Resu
 }
 
 fn document_version(document: &DocumentInput) -> u64 {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(document.title.as_bytes());
-    hasher.update(&[0]);
-    hasher.update(document.text.as_bytes());
-    for (key, value) in &document.metadata {
-        hasher.update(&[0]);
-        hasher.update(key.as_bytes());
-        hasher.update(&[0]);
-        hasher.update(value.as_bytes());
-    }
-    let bytes = hasher.finalize();
-    u64::from_le_bytes(bytes.as_bytes()[..8].try_into().unwrap_or_default())
+    let metadata = document
+        .metadata
+        .iter()
+        .flat_map(|(key, value)| [b"\0".as_slice(), key.as_bytes(), b"\0", value.as_bytes()]);
+    content_hash(
+        [document.title.as_bytes(), b"\0", document.text.as_bytes()]
+            .into_iter()
+            .chain(metadata),
+    )
 }
 
 fn runtime_for(stored: &StoredSettings, models_dir: &std::path::Path) -> Result<CollectionRuntime> {
@@ -536,40 +534,13 @@ fn chunking_from_stored(stored: &StoredSettings) -> ChunkingSpec {
         strategy: stored
             .default_strategy
             .as_deref()
-            .and_then(strategy_from_name),
+            .and_then(Strategy::from_name),
         max_tokens: stored.default_max_tokens,
         overlap_tokens: stored.default_overlap_tokens,
         unit: Unit::Tokens,
         separators: Vec::new(),
         semantic: None,
     }
-}
-
-pub fn strategy_name(strategy: Strategy) -> &'static str {
-    match strategy {
-        Strategy::Fixed => "fixed",
-        Strategy::Sentence => "sentence",
-        Strategy::Recursive => "recursive",
-        Strategy::Structure => "structure",
-        Strategy::Auto => "auto",
-        Strategy::Semantic => "semantic",
-        Strategy::Csv => "csv",
-        Strategy::Code => "code",
-    }
-}
-
-pub fn strategy_from_name(name: &str) -> Option<Strategy> {
-    Some(match name {
-        "fixed" => Strategy::Fixed,
-        "sentence" => Strategy::Sentence,
-        "recursive" => Strategy::Recursive,
-        "structure" => Strategy::Structure,
-        "auto" => Strategy::Auto,
-        "semantic" => Strategy::Semantic,
-        "csv" => Strategy::Csv,
-        "code" => Strategy::Code,
-        _ => return None,
-    })
 }
 
 fn settings_from_stored(stored: &StoredSettings) -> CollectionSettings {
@@ -676,7 +647,7 @@ impl LatheApi for Engine {
                 settings.budget_tokenizer.clone()
             },
             section_tokens: settings.section_tokens,
-            default_strategy: chunking.strategy.map(|s| strategy_name(s).to_string()),
+            default_strategy: chunking.strategy.map(|s| s.name().to_string()),
             default_max_tokens: chunking.max_tokens,
             default_overlap_tokens: chunking.overlap_tokens,
         };
