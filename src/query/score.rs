@@ -1,22 +1,14 @@
-//! Stage 4: score fine chunks. Each signal is computed per chunk, normalised over the candidates of
+//! The score stage: score fine chunks. Each signal is computed per chunk, normalised over the candidates of
 //! this query, and fused linearly with weights from config; the neural stage adds `dense`.
 
 use std::sync::Arc;
 
-use super::Candidate;
-use crate::cache::SectionAnalysis;
+use super::{Candidate, QueryTerms, SectionAnalysis};
 use crate::embed::QuantizedVectors;
 use crate::index::SectionHit;
 
 const BM25_K1: f32 = 1.2;
 const BM25_B: f32 = 0.75;
-
-/// Analysed query terms and their inverse document frequencies over the collection's sections.
-#[derive(Clone, Debug, Default)]
-pub struct QueryTerms {
-    pub hashes: Vec<u64>,
-    pub idf: Vec<f32>,
-}
 
 #[derive(Clone, Copy, Debug)]
 pub struct Weights {
@@ -49,8 +41,8 @@ pub fn score(
     let mut current_section = u32::MAX;
     let mut dense = DenseScorer::new(query_vector);
     for (candidate, &length) in candidates.iter_mut().zip(&lengths) {
-        if candidate.section != current_section {
-            current_section = candidate.section;
+        if candidate.hit_index != current_section {
+            current_section = candidate.hit_index;
             query_matches(&analyses[current_section as usize], query, &mut matches);
             dense.enter_section(&hits[current_section as usize]);
         }
@@ -73,7 +65,7 @@ pub fn score(
             })
             .sum();
         let section_score = hits
-            .get(candidate.section as usize)
+            .get(candidate.hit_index as usize)
             .map_or(0.0, |hit: &SectionHit| hit.score);
         candidate.parts.section = if max_section_score > 0.0 {
             section_score / max_section_score
@@ -111,7 +103,7 @@ pub fn score(
     candidates.sort_by(|a, b| {
         b.score
             .total_cmp(&a.score)
-            .then(a.section.cmp(&b.section))
+            .then(a.hit_index.cmp(&b.hit_index))
             .then(a.start.cmp(&b.start))
     });
 }
@@ -184,7 +176,7 @@ fn chunk_lengths(candidates: &[Candidate], analyses: &[Arc<SectionAnalysis>]) ->
     candidates
         .iter()
         .map(|candidate| {
-            let terms = &analyses[candidate.section as usize].terms;
+            let terms = &analyses[candidate.hit_index as usize].terms;
             let first = terms.partition_point(|&(offset, _)| offset < candidate.start);
             let last = terms.partition_point(|&(offset, _)| offset < candidate.end);
             (last - first) as u32
@@ -205,7 +197,7 @@ fn query_matches(analysis: &SectionAnalysis, query: &QueryTerms, out: &mut Vec<(
 mod tests {
     use super::*;
     use crate::chunk::Strategy;
-    use crate::pipeline::analyze::term_hash;
+    use crate::query::term_hash;
     use crate::tokens::TokenOffsets;
     use crate::types::ScoreParts;
 
@@ -228,7 +220,7 @@ mod tests {
 
     fn candidate(section: u32, start: u32, end: u32) -> Candidate {
         Candidate {
-            section,
+            hit_index: section,
             start,
             end,
             token_count: 0,
@@ -314,7 +306,7 @@ mod tests {
                 dense: 1.0,
             },
         );
-        assert_eq!(candidates[0].section, 1);
+        assert_eq!(candidates[0].hit_index, 1);
         assert!((candidates[1].parts.section - 0.25).abs() < 1e-6);
     }
 }
