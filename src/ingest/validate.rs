@@ -64,3 +64,48 @@ fn validate_text(limits: &LimitsConfig, i: usize, document: &DocumentInput) -> R
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn document(id: &str, text: &str) -> DocumentInput {
+        DocumentInput {
+            id: id.into(),
+            title: String::new(),
+            text: text.into(),
+            format: DocumentFormat::Plain,
+            metadata: Default::default(),
+            sections: None,
+        }
+    }
+
+    fn reason(result: Result<()>) -> String {
+        match result {
+            Err(error) => error.to_string(),
+            Ok(()) => panic!("the batch was accepted"),
+        }
+    }
+
+    #[test]
+    fn a_batch_names_the_document_that_breaks_a_limit() {
+        let limits = LimitsConfig::default();
+        assert!(validate_batch(&limits, &[document("a", "x"), document("b", "y")]).is_ok());
+        let repeated = reason(validate_batch(
+            &limits,
+            &[document("a", "x"), document("a", "y")],
+        ));
+        assert!(
+            repeated.contains("documents[1].id") && repeated.contains("more than once"),
+            "{repeated}"
+        );
+        let empty = reason(validate_batch(&limits, &[document("", "x")]));
+        assert!(empty.contains("documents[0].id"), "{empty}");
+        let small = LimitsConfig {
+            max_document_bytes: 3,
+            ..LimitsConfig::default()
+        };
+        let large = reason(validate_batch(&small, &[document("a", "four")]));
+        assert!(large.contains("documents[0].text"), "{large}");
+    }
+}

@@ -32,55 +32,12 @@ pub fn pack(
             continue;
         }
         let text = &hits[candidate.hit_index as usize].text;
-        let (mut start, mut end) = (candidate.start, candidate.end);
-        absorbed.clear();
-        let mut contained = false;
-        for (i, span) in spans.iter().enumerate() {
-            if span.hit_index != candidate.hit_index
-                || !overlaps_or_touches(text, (span.start, span.end), (start, end))
-            {
-                continue;
-            }
-            if span.start <= candidate.start && candidate.end <= span.end {
-                contained = true;
-                break;
-            }
-            absorbed.push(i);
-        }
-        if contained {
+        if collect_touching(&spans, candidate, text, &mut absorbed) {
             continue;
         }
-        // Merging can chain: a widened span may now touch another one of the section.
-        loop {
-            for &i in &absorbed {
-                start = start.min(spans[i].start);
-                end = end.max(spans[i].end);
-            }
-            let before = absorbed.len();
-            for (i, span) in spans.iter().enumerate() {
-                if span.hit_index == candidate.hit_index
-                    && !absorbed.contains(&i)
-                    && overlaps_or_touches(text, (span.start, span.end), (start, end))
-                {
-                    absorbed.push(i);
-                }
-            }
-            if absorbed.len() == before {
-                break;
-            }
-        }
+        let (start, end) = widen_over_touching(&spans, candidate, text, &mut absorbed);
         let freed: u64 = absorbed.iter().map(|&i| spans[i].token_count as u64).sum();
-        // The merged span continues the table its first piece continues, unless it now holds the
-        // header itself.
-        let mut first_piece = (candidate.start, candidate.header);
-        for &i in &absorbed {
-            if spans[i].start < first_piece.0 {
-                first_piece = (spans[i].start, spans[i].header);
-            }
-        }
-        let header = first_piece
-            .1
-            .filter(|&(header_start, _)| header_start < start);
+        let header = merged_header(&spans, &absorbed, candidate, start);
         // Tokens wholly inside the span, as the section was tokenized. Its own tokenization can be
         // shorter (a word cut at the span's edge may become fewer pieces), so only a candidate
         // far over the budget is rejected without the exact count: at most half of the section's
@@ -108,13 +65,7 @@ pub fn pack(
             parts: candidate.parts,
             strategy: candidate.strategy,
         };
-        for &i in &absorbed {
-            if spans[i].score > merged.score {
-                merged.score = spans[i].score;
-                merged.parts = spans[i].parts;
-                merged.strategy = spans[i].strategy;
-            }
-        }
+        take_best_score(&mut merged, &spans, &absorbed);
         used = used - freed + merged_tokens;
         absorbed.sort_unstable_by(|a, b| b.cmp(a));
         for &i in &absorbed {
@@ -129,6 +80,92 @@ pub fn pack(
             .then(a.start.cmp(&b.start))
     });
     spans
+}
+
+/// Collects into `absorbed` the packed spans of the candidate's section that overlap or touch
+/// it; true when one of them already holds the candidate whole (nothing to add).
+fn collect_touching(
+    spans: &[PackedSpan],
+    candidate: &Candidate,
+    text: &str,
+    absorbed: &mut Vec<usize>,
+) -> bool {
+    absorbed.clear();
+    for (i, span) in spans.iter().enumerate() {
+        if span.hit_index != candidate.hit_index
+            || !overlaps_or_touches(
+                text,
+                (span.start, span.end),
+                (candidate.start, candidate.end),
+            )
+        {
+            continue;
+        }
+        if span.start <= candidate.start && candidate.end <= span.end {
+            return true;
+        }
+        absorbed.push(i);
+    }
+    false
+}
+
+/// The candidate's range widened over the spans in `absorbed`, which gains every further span
+/// of the section that the widened range touches: merging can chain.
+fn widen_over_touching(
+    spans: &[PackedSpan],
+    candidate: &Candidate,
+    text: &str,
+    absorbed: &mut Vec<usize>,
+) -> (u32, u32) {
+    let (mut start, mut end) = (candidate.start, candidate.end);
+    loop {
+        for &i in absorbed.iter() {
+            start = start.min(spans[i].start);
+            end = end.max(spans[i].end);
+        }
+        let before = absorbed.len();
+        for (i, span) in spans.iter().enumerate() {
+            if span.hit_index == candidate.hit_index
+                && !absorbed.contains(&i)
+                && overlaps_or_touches(text, (span.start, span.end), (start, end))
+            {
+                absorbed.push(i);
+            }
+        }
+        if absorbed.len() == before {
+            return (start, end);
+        }
+    }
+}
+
+/// The merged span continues the table its first piece continues, unless it now holds the
+/// header itself (the header starts inside it).
+fn merged_header(
+    spans: &[PackedSpan],
+    absorbed: &[usize],
+    candidate: &Candidate,
+    merged_start: u32,
+) -> Option<(u32, u32)> {
+    let mut first_piece = (candidate.start, candidate.header);
+    for &i in absorbed {
+        if spans[i].start < first_piece.0 {
+            first_piece = (spans[i].start, spans[i].header);
+        }
+    }
+    first_piece
+        .1
+        .filter(|&(header_start, _)| header_start < merged_start)
+}
+
+/// A merged span keeps the score, parts and strategy of its best piece.
+fn take_best_score(merged: &mut PackedSpan, spans: &[PackedSpan], absorbed: &[usize]) {
+    for &i in absorbed {
+        if spans[i].score > merged.score {
+            merged.score = spans[i].score;
+            merged.parts = spans[i].parts;
+            merged.strategy = spans[i].strategy;
+        }
+    }
 }
 
 /// What a caller reads for a span with a context: the context, a line break, then the span.

@@ -21,7 +21,7 @@ pub struct Weights {
 #[tracing::instrument(level = "debug", skip_all, fields(candidates = candidates.len()))]
 pub fn score(
     candidates: &mut [Candidate],
-    hits: &[crate::index::SectionHit],
+    hits: &[SectionHit],
     analyses: &[Arc<SectionAnalysis>],
     query: &QueryTerms,
     query_vector: Option<&[f32]>,
@@ -30,6 +30,25 @@ pub fn score(
     if candidates.is_empty() {
         return;
     }
+    raw_signals(candidates, hits, analyses, query, query_vector);
+    fuse_signals(candidates, query_vector.is_some(), weights);
+    candidates.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(a.hit_index.cmp(&b.hit_index))
+            .then(a.start.cmp(&b.start))
+    });
+}
+
+/// Each candidate's BM25 over its own text, its section's coarse score relative to the best
+/// section's, and its cosine to the query vector (0 without one).
+fn raw_signals(
+    candidates: &mut [Candidate],
+    hits: &[SectionHit],
+    analyses: &[Arc<SectionAnalysis>],
+    query: &QueryTerms,
+    query_vector: Option<&[f32]>,
+) {
     let lengths = chunk_lengths(candidates, analyses);
     let average_length =
         (lengths.iter().map(|&l| l as f32).sum::<f32>() / lengths.len() as f32).max(1.0);
@@ -73,7 +92,10 @@ pub fn score(
             0.0
         };
     }
+}
 
+/// Normalises BM25 and dense over this query's candidates and weighs the signals into a score.
+fn fuse_signals(candidates: &mut [Candidate], has_query_vector: bool, weights: Weights) {
     let max_bm25 = candidates
         .iter()
         .map(|c| c.parts.bm25)
@@ -92,7 +114,7 @@ pub fn score(
         } else {
             0.0
         };
-        let dense = if query_vector.is_some() && dense_span > 1e-6 {
+        let dense = if has_query_vector && dense_span > 1e-6 {
             (candidate.parts.dense - min_dense) / dense_span
         } else {
             0.0
@@ -100,12 +122,6 @@ pub fn score(
         candidate.score =
             weights.bm25 * bm25 + weights.section * candidate.parts.section + weights.dense * dense;
     }
-    candidates.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then(a.hit_index.cmp(&b.hit_index))
-            .then(a.start.cmp(&b.start))
-    });
 }
 
 /// Cosine of the query to a chunk's vector, pooled from the stored vectors of the sentences the

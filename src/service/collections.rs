@@ -78,36 +78,35 @@ impl Engine {
     /// cannot hide the others.
     pub(super) fn info(entry: &CollectionEntry<CollectionRuntime>) -> CollectionInfo {
         match entry {
-            CollectionEntry::Ready(collection) => match collection.index.stats() {
-                // Damage found while serving: what verifies is still served (see `damage`).
-                Ok(stats) if collection.index.damage().is_some() => CollectionInfo {
-                    name: collection.name.clone(),
-                    state: CollectionState::Damaged,
-                    reason: format!(
-                        "{}; what verifies is still served, the rest answers DATA_LOSS",
-                        collection.index.damage().unwrap_or_default()
+            CollectionEntry::Ready(collection) => {
+                let (state, reason, stats) = match collection.index.stats() {
+                    // Damage found while serving: what verifies is still served (see `damage`).
+                    Ok(stats) if collection.index.damage().is_some() => (
+                        CollectionState::Damaged,
+                        format!(
+                            "{}; what verifies is still served, the rest answers DATA_LOSS",
+                            collection.index.damage().unwrap_or_default()
+                        ),
+                        Some(stats),
                     ),
-                    settings: Some(settings_from_stored(&collection.settings)),
-                    stats: Some(stats),
-                },
-                Ok(stats) => CollectionInfo {
-                    name: collection.name.clone(),
-                    state: CollectionState::Ready,
-                    reason: String::new(),
-                    settings: Some(settings_from_stored(&collection.settings)),
-                    stats: Some(stats),
-                },
-                Err(error) => CollectionInfo {
-                    name: collection.name.clone(),
-                    state: CollectionState::Damaged,
-                    reason: format!(
-                        "{}: reading its statistics failed: {error}",
-                        collection.index.path().display()
+                    Ok(stats) => (CollectionState::Ready, String::new(), Some(stats)),
+                    Err(error) => (
+                        CollectionState::Damaged,
+                        format!(
+                            "{}: reading its statistics failed: {error}",
+                            collection.index.path().display()
+                        ),
+                        None,
                     ),
+                };
+                CollectionInfo {
+                    name: collection.name.clone(),
+                    state,
+                    reason,
                     settings: Some(settings_from_stored(&collection.settings)),
-                    stats: None,
-                },
-            },
+                    stats,
+                }
+            }
             CollectionEntry::Faulted(faulted) => CollectionInfo {
                 name: faulted.name.clone(),
                 state: match faulted.fault.kind {
