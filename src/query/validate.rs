@@ -26,25 +26,19 @@ pub fn validate_query(limits: &LimitsConfig, query: &RetrieveQuery) -> Result<()
             ),
         ));
     }
-    if !(1..=limits.max_top_k).contains(&query.top_k) {
-        return Err(LatheError::invalid(
-            "top_k",
-            format!(
-                "is {}; the allowed range is 1..={}",
-                query.top_k, limits.max_top_k
-            ),
-        ));
+    check_from_one("top_k", query.top_k, limits.max_top_k)?;
+    check_from_one("token_budget", query.token_budget, limits.max_token_budget)
+}
+
+/// `value` of `field` in 1..=`max`.
+fn check_from_one(field: &str, value: u32, max: u32) -> Result<()> {
+    if (1..=max).contains(&value) {
+        return Ok(());
     }
-    if !(1..=limits.max_token_budget).contains(&query.token_budget) {
-        return Err(LatheError::invalid(
-            "token_budget",
-            format!(
-                "is {}; the allowed range is 1..={}",
-                query.token_budget, limits.max_token_budget
-            ),
-        ));
-    }
-    Ok(())
+    Err(LatheError::invalid(
+        field,
+        format!("is {value}; the allowed range is 1..={max}"),
+    ))
 }
 
 /// The chunking of one query: each field as requested, else the collection's default, else the
@@ -117,4 +111,48 @@ pub fn check_chunk_sizes(max_size: u32, overlap: u32, max_chunk_tokens: u32) -> 
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(top_k: u32, token_budget: u32) -> RetrieveQuery {
+        RetrieveQuery {
+            collection: "c".into(),
+            query: "plane iron".into(),
+            top_k,
+            token_budget,
+            chunking: ChunkingSpec::default(),
+            filter: Default::default(),
+            order: Default::default(),
+        }
+    }
+
+    fn reason(result: Result<()>) -> String {
+        match result {
+            Err(error) => error.to_string(),
+            Ok(()) => panic!("the query was accepted"),
+        }
+    }
+
+    #[test]
+    fn top_k_and_budget_outside_their_range_name_the_field_and_the_range() {
+        let limits = LimitsConfig::default();
+        assert!(validate_query(&limits, &query(1, 1)).is_ok());
+        let max = (limits.max_top_k, limits.max_token_budget);
+        assert!(validate_query(&limits, &query(max.0, max.1)).is_ok());
+        assert_eq!(
+            reason(validate_query(&limits, &query(0, 1))),
+            format!("invalid `top_k`: is 0; the allowed range is 1..={}", max.0)
+        );
+        assert_eq!(
+            reason(validate_query(&limits, &query(1, max.1 + 1))),
+            format!(
+                "invalid `token_budget`: is {}; the allowed range is 1..={}",
+                max.1 + 1,
+                max.1
+            )
+        );
+    }
 }
