@@ -24,15 +24,15 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
-use lathe::cache::{Caches, ResultKey, SectionAnalysis};
 use lathe::chunk::{ChunkOptions, Strategy, Unit};
 use lathe::eval::Dataset;
 use lathe::index::SectionHit;
-use lathe::pipeline::analyze::{analyze, term_hash};
-use lathe::pipeline::pack::pack;
-use lathe::pipeline::rechunk::rechunk;
-use lathe::pipeline::score::{score, QueryTerms, Weights};
-use lathe::pipeline::Candidate;
+use lathe::query::analyze::analyze;
+use lathe::query::pack::pack;
+use lathe::query::rechunk::rechunk;
+use lathe::query::score::{score, Weights};
+use lathe::query::{term_hash, Candidate, QueryTerms, SectionAnalysis};
+use lathe::service::cache::{Caches, ResultKey};
 use lathe::tokenizer::BudgetTokenizer;
 use lathe::types::{
     ChunkingSpec, Filter, ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk,
@@ -273,7 +273,7 @@ fn stages(c: &mut Criterion) {
             let chunks = spans
                 .iter()
                 .map(|span| {
-                    let hit = &hits[span.section as usize];
+                    let hit = &hits[span.hit_index as usize];
                     let text = hit.text[span.start as usize..span.end as usize].to_string();
                     RetrievedChunk {
                         doc_id: hit.doc_id.clone(),

@@ -27,9 +27,15 @@ pub enum LatheError {
     /// The credentials do not allow this call.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
-    /// The caller's deadline passed before the work finished.
-    #[error("deadline exceeded during {stage}")]
-    DeadlineExceeded { stage: &'static str },
+    /// A call's deadline passed before its work finished: the server's request timeout, or the
+    /// shorter one the client set in `grpc-timeout`.
+    #[error("{call} did not finish within {} of {} ms", deadline_owner(*.set_by_client), .limit.as_millis())]
+    DeadlineExceeded {
+        /// The RPC (or its request path).
+        call: String,
+        limit: std::time::Duration,
+        set_by_client: bool,
+    },
     /// The server is shutting down or a background task is gone.
     #[error("unavailable: {0}")]
     Unavailable(String),
@@ -169,6 +175,14 @@ fn data_loss_message(collection: &str, documents: &[String], detail: &str) -> St
 }
 
 /// " (document `a` cannot be served)" for the documents a call to a damaged collection named.
+fn deadline_owner(set_by_client: bool) -> &'static str {
+    if set_by_client {
+        "the client's deadline (grpc-timeout)"
+    } else {
+        "its deadline"
+    }
+}
+
 fn unserved(documents: &[String]) -> String {
     match documents {
         [] => String::new(),

@@ -7,26 +7,30 @@
 //!
 //! # Layout
 //! - [`api`]: the gRPC edge (proto types, conversions, status mapping, handlers, server).
-//! - [`service`]: `LatheApi`, what Lathe does, and `Engine`, which runs the pipeline in order.
-//! - [`pipeline`]: the retrieve stages: coarse → analyze → rechunk → score → pack.
+//! - [`service`]: `Engine`, what Lathe does: runs the two pipelines' stages in order; caches and
+//!   metrics.
+//! - [`ingest`]: the write stages: validate → section → sentences → embed → records.
+//! - [`query`]: the read stages: validate → embed → coarse → analyze → rechunk → score → pack →
+//!   assemble.
 //! - [`index`]: collections on disk; tantivy indexes of sections; the writer and snapshots.
 //! - [`sections`]: ingest-time splitting of documents into sections by structure.
 //! - [`chunk`]: query-time chunking strategies over token offsets.
-//! - Leaves usable by any layer: [`tokens`], [`tokenizer`], [`cache`], [`cpu_pool`], [`config`],
-//!   [`error`], [`types`].
+//! - Leaves usable by any layer: [`tokens`], [`tokenizer`], [`content_hash`], [`cpu_pool`],
+//!   [`config`], [`error`], [`types`].
 
 pub mod api;
-pub mod cache;
 pub mod chunk;
 pub mod cli;
 pub mod config;
+pub mod content_hash;
 pub mod cpu_pool;
 pub mod dense;
 pub mod embed;
 pub mod error;
 pub mod eval;
 pub mod index;
-pub mod pipeline;
+pub mod ingest;
+pub mod query;
 pub mod sections;
 pub mod service;
 pub mod telemetry;

@@ -81,7 +81,7 @@ async fn ingests_every_format_and_retrieves_within_budget_with_exact_offsets() {
 
     // Timings for each stage, and the cache answers the same request again.
     let stages: Vec<&str> = response.timings.iter().map(|t| t.stage.as_str()).collect();
-    for stage in ["retrieve", "analyze", "chunk", "score", "pack", "total"] {
+    for stage in ["coarse", "analyze", "rechunk", "score", "pack", "total"] {
         assert!(stages.contains(&stage), "{stages:?}");
     }
     assert!(!response.cache_hit);

@@ -10,7 +10,7 @@ use lathe::api::convert::{
 use lathe::api::proto;
 use lathe::config::Config;
 use lathe::error::LatheError;
-use lathe::service::validate_query;
+use lathe::query::validate::validate_query;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 

@@ -16,6 +16,7 @@ use tonic::Status;
 use tower::{Layer, Service};
 
 use super::grpc::parse_grpc_timeout;
+use crate::error::LatheError;
 
 /// Margin by which this layer's deadline precedes tonic's.
 const AHEAD_OF_TONIC: Duration = Duration::from_millis(1);
@@ -68,10 +69,11 @@ where
             let limit = client_timeout.saturating_sub(AHEAD_OF_TONIC);
             match tokio::time::timeout(limit, response).await {
                 Ok(result) => result,
-                Err(_) => Ok(Status::deadline_exceeded(format!(
-                    "{path} did not finish within the client's deadline (grpc-timeout) of {} ms",
-                    client_timeout.as_millis()
-                ))
+                Err(_) => Ok(Status::from(LatheError::DeadlineExceeded {
+                    call: path,
+                    limit: client_timeout,
+                    set_by_client: true,
+                })
                 .into_http()),
             }
         })

@@ -14,11 +14,11 @@ use super::proto;
 use super::proto::lathe_server::Lathe;
 use super::status::oversized_to_resource_exhausted;
 use crate::error::LatheError;
-use crate::service::LatheApi;
+use crate::service::Engine;
 use crate::telemetry::Metrics;
 
-pub struct GrpcAdapter<S> {
-    service: Arc<S>,
+pub struct GrpcAdapter {
+    service: Arc<Engine>,
     /// Requests in flight; beyond the limit, requests are shed rather than queued.
     in_flight: Arc<Semaphore>,
     max_concurrent: usize,
@@ -76,10 +76,12 @@ async fn within<T>(
     let span = tracing::info_span!("rpc", rpc, deadline_ms = limit.as_millis() as u64);
     match tokio::time::timeout(limit, call.instrument(span)).await {
         Ok(result) => result,
-        Err(_) => Err(Status::deadline_exceeded(format!(
-            "{rpc} did not finish within its deadline of {} ms",
-            limit.as_millis()
-        ))),
+        Err(_) => Err(LatheError::DeadlineExceeded {
+            call: rpc.to_string(),
+            limit,
+            set_by_client: false,
+        }
+        .into()),
     }
 }
 
@@ -148,9 +150,9 @@ fn code_label(code: tonic::Code) -> &'static str {
     }
 }
 
-impl<S: LatheApi> GrpcAdapter<S> {
+impl GrpcAdapter {
     pub fn new(
-        service: Arc<S>,
+        service: Arc<Engine>,
         max_concurrent: usize,
         default_top_k: u32,
         keys: Option<Arc<ApiKeys>>,
@@ -206,7 +208,7 @@ impl<S: LatheApi> GrpcAdapter<S> {
 }
 
 #[tonic::async_trait]
-impl<S: LatheApi> Lathe for GrpcAdapter<S> {
+impl Lathe for GrpcAdapter {
     async fn create_collection(
         &self,
         request: Request<proto::CreateCollectionRequest>,

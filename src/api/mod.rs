@@ -41,7 +41,7 @@ pub async fn serve(
     // lathe.v1.Lathe NOT_SERVING until indexes and models are loaded.
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
-        .set_not_serving::<LatheServer<GrpcAdapter<Engine>>>()
+        .set_not_serving::<LatheServer<GrpcAdapter>>()
         .await;
     // Stops the side servers (health, metrics); dropping it on an early return stops them too.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -109,7 +109,7 @@ pub async fn serve(
     }
     // Indexes and models are loaded: ready.
     health_reporter
-        .set_serving::<LatheServer<GrpcAdapter<Engine>>>()
+        .set_serving::<LatheServer<GrpcAdapter>>()
         .await;
     let address = listener
         .local_addr()
@@ -124,7 +124,7 @@ pub async fn serve(
         tracing::info!("shutdown requested, draining in-flight requests");
         // Probes on the health port (still open while the main port drains) see the drain.
         draining_reporter
-            .set_not_serving::<LatheServer<GrpcAdapter<Engine>>>()
+            .set_not_serving::<LatheServer<GrpcAdapter>>()
             .await;
         let _ = drain_started_tx.send(());
     };
@@ -152,7 +152,7 @@ pub async fn serve(
         () = drain_deadline => tracing::warn!(drain_ms = drain.as_millis() as u64, "drain time over, closing with requests in flight"),
     }
     health_reporter
-        .set_not_serving::<LatheServer<GrpcAdapter<Engine>>>()
+        .set_not_serving::<LatheServer<GrpcAdapter>>()
         .await;
     let _ = stop_tx.send(true);
     tokio::task::spawn_blocking(move || engine.shutdown())

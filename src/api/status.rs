@@ -106,6 +106,30 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_deadline_names_the_call_whose_deadline_and_its_length() {
+        let server = Status::from(LatheError::DeadlineExceeded {
+            call: "Retrieve".into(),
+            limit: std::time::Duration::from_millis(250),
+            set_by_client: false,
+        });
+        assert_eq!(server.code(), Code::DeadlineExceeded);
+        assert_eq!(
+            server.message(),
+            "Retrieve did not finish within its deadline of 250 ms"
+        );
+        let client = Status::from(LatheError::DeadlineExceeded {
+            call: "/lathe.v1.Lathe/Retrieve".into(),
+            limit: std::time::Duration::from_millis(50),
+            set_by_client: true,
+        });
+        assert_eq!(client.code(), Code::DeadlineExceeded);
+        assert_eq!(
+            client.message(),
+            "/lathe.v1.Lathe/Retrieve did not finish within the client's deadline (grpc-timeout) of 50 ms"
+        );
+    }
+
     fn storage(fault: StorageFault) -> LatheError {
         LatheError::Storage {
             collection: "docs".into(),

@@ -60,6 +60,41 @@ pub enum Strategy {
     Code,
 }
 
+impl Strategy {
+    /// Every strategy, in the order of the proto enum.
+    pub const ALL: [Strategy; 8] = [
+        Strategy::Fixed,
+        Strategy::Sentence,
+        Strategy::Recursive,
+        Strategy::Structure,
+        Strategy::Auto,
+        Strategy::Semantic,
+        Strategy::Csv,
+        Strategy::Code,
+    ];
+
+    /// The lowercase name stored in a collection's settings and accepted on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Fixed => "fixed",
+            Strategy::Sentence => "sentence",
+            Strategy::Recursive => "recursive",
+            Strategy::Structure => "structure",
+            Strategy::Auto => "auto",
+            Strategy::Semantic => "semantic",
+            Strategy::Csv => "csv",
+            Strategy::Code => "code",
+        }
+    }
+
+    /// The strategy called `name` (see [`Strategy::name`]); `None` for any other text.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|strategy| strategy.name() == name)
+    }
+}
+
 /// The unit of `max_size` and `overlap` for [`Strategy::Fixed`]; other strategies count tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Unit {

@@ -510,3 +510,30 @@ fn code_chunks_keep_functions_whole_with_their_comments() {
         ]
     );
 }
+
+#[test]
+fn every_strategy_name_reads_back_as_its_strategy_and_other_names_do_not() {
+    for strategy in super::Strategy::ALL {
+        assert_eq!(
+            super::Strategy::from_name(strategy.name()),
+            Some(strategy),
+            "{strategy:?}"
+        );
+    }
+    // The stored names of collections made before the codec moved here.
+    let stored = [
+        "fixed",
+        "sentence",
+        "recursive",
+        "structure",
+        "auto",
+        "semantic",
+        "csv",
+        "code",
+    ];
+    let names: Vec<&str> = super::Strategy::ALL.iter().map(|s| s.name()).collect();
+    assert_eq!(names, stored);
+    for other in ["", "Fixed", "FIXED", "chunk_strategy_fixed", "unspecified"] {
+        assert_eq!(super::Strategy::from_name(other), None, "{other:?}");
+    }
+}

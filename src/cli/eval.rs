@@ -147,16 +147,6 @@ fn parse_baseline(name: &str) -> anyhow::Result<(usize, usize)> {
     Ok((size, overlap))
 }
 
-fn parse_strategy(name: &str) -> anyhow::Result<proto::ChunkStrategy> {
-    proto::ChunkStrategy::from_str_name(&format!("CHUNK_STRATEGY_{}", name.to_ascii_uppercase()))
-        .filter(|s| *s != proto::ChunkStrategy::Unspecified)
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "unknown strategy `{name}`: expected fixed, sentence, recursive, structure, auto or semantic"
-            )
-        })
-}
-
 /// Code point → byte offset tables, so returned spans can be checked against the text.
 fn char_to_byte(text: &str) -> Vec<usize> {
     text.char_indices()
@@ -250,7 +240,7 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
             systems.push(System {
                 label: format!("{name}/{max_tokens}"),
                 kind: SystemKind::Lathe {
-                    strategy: parse_strategy(name)?,
+                    strategy: super::parse_strategy(name)?,
                     max_tokens,
                 },
             });

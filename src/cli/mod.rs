@@ -11,7 +11,22 @@ pub use query::{query, QueryArgs};
 
 use anyhow::Context;
 
+use crate::api::convert::strategy_to_proto;
+use crate::api::proto;
+use crate::chunk::Strategy;
 use crate::config::{Config, LogConfig, LogFormat};
+
+/// A strategy named on the command line (any case), as the proto enum.
+fn parse_strategy(name: &str) -> anyhow::Result<proto::ChunkStrategy> {
+    let strategy = Strategy::from_name(&name.to_ascii_lowercase()).ok_or_else(|| {
+        let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+        anyhow::anyhow!(
+            "unknown strategy `{name}`: expected one of {}",
+            names.join(", ")
+        )
+    })?;
+    Ok(strategy_to_proto(strategy))
+}
 
 /// Keeps the span exporter (feature `otel`) alive; dropping it flushes the spans not yet sent.
 /// Drop it while the tokio runtime still runs: the OTLP exporter's channel lives on it.

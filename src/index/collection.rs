@@ -127,15 +127,11 @@ pub struct SectionRecord {
 
 /// The dense-index key of one version of one section.
 pub fn section_key(doc_id: &str, ordinal: u64, version: u64) -> u64 {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(doc_id.as_bytes());
-    hasher.update(&ordinal.to_le_bytes());
-    hasher.update(&version.to_le_bytes());
-    u64::from_le_bytes(
-        hasher.finalize().as_bytes()[..8]
-            .try_into()
-            .unwrap_or_default(),
-    )
+    crate::content_hash::content_hash([
+        doc_id.as_bytes(),
+        &ordinal.to_le_bytes(),
+        &version.to_le_bytes(),
+    ])
 }
 
 /// One document's sections, all from one version.

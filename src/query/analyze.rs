@@ -1,16 +1,28 @@
-//! Stage 2: one analysis pass per retrieved section — budget-token offsets for cutting and counting,
+//! The analyze stage: one analysis pass per retrieved section — budget-token offsets for cutting and counting,
 //! analysed term positions for chunk BM25 — cached by content hash.
 
-use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use crate::cache::{SectionAnalysis, SectionKey};
+use super::{term_hash, SectionAnalysis};
+use crate::content_hash::content_hash;
 use crate::index::schema;
 use crate::tokenizer::BudgetTokenizer;
 
-/// Hash of an analysed term, shared by section analysis and query terms.
-pub fn term_hash(term: &str) -> u64 {
-    rustc_hash::FxBuildHasher.hash_one(term)
+/// The section cache's key: the tokenizer and the section text, so an entry can never describe
+/// another version of a section, and survives writes to other documents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SectionKey {
+    pub tokenizer: u64,
+    pub content: [u8; 32],
+}
+
+impl SectionKey {
+    pub fn new(tokenizer_name: &str, text: &str) -> Self {
+        Self {
+            tokenizer: content_hash([tokenizer_name.as_bytes()]),
+            content: *blake3::hash(text.as_bytes()).as_bytes(),
+        }
+    }
 }
 
 /// The analysis of each text, in order, and how many were computed rather than found in the cache.

@@ -1,4 +1,4 @@
-//! Stage 1: coarse retrieval of whole sections: BM25 (tantivy) and, with the neural stage, the
+//! The coarse stage: retrieval of whole sections: BM25 (tantivy) and, with the neural stage, the
 //! nearest section vectors (hnsw), fused by weighted reciprocal rank fusion.
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! Stage 5: pack the best chunks into the caller's token budget.
+//! The pack stage: pack the best chunks into the caller's token budget.
 //!
 //! Greedy by score: a chunk is taken while the total still fits, merged with the chunks of its
 //! section that it overlaps or touches (so no text is returned twice); chunks that do not fit are
@@ -10,29 +10,9 @@
 
 use std::sync::Arc;
 
-use super::Candidate;
-use crate::cache::SectionAnalysis;
-use crate::chunk::Strategy;
+use super::{Candidate, PackedSpan, SectionAnalysis};
 use crate::index::SectionHit;
 use crate::tokenizer::BudgetTokenizer;
-use crate::types::ScoreParts;
-
-/// A merged span of one section, ready to be returned.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PackedSpan {
-    pub section: u32,
-    /// Byte range in the section text.
-    pub start: u32,
-    pub end: u32,
-    /// Exact count in the budget tokenizer of the span's text, with its context when it has one.
-    pub token_count: u32,
-    /// Byte range of the table header the span continues without holding it: the context the
-    /// caller puts before the span's text.
-    pub header: Option<(u32, u32)>,
-    pub score: f32,
-    pub parts: ScoreParts,
-    pub strategy: Strategy,
-}
 
 /// `candidates` must be sorted best first.
 #[tracing::instrument(level = "debug", skip_all, fields(candidates = candidates.len(), budget))]
@@ -51,61 +31,18 @@ pub fn pack(
         if candidate.token_count == 0 || candidate.start >= candidate.end {
             continue;
         }
-        let text = &hits[candidate.section as usize].text;
-        let (mut start, mut end) = (candidate.start, candidate.end);
-        absorbed.clear();
-        let mut contained = false;
-        for (i, span) in spans.iter().enumerate() {
-            if span.section != candidate.section
-                || !overlaps_or_touches(text, (span.start, span.end), (start, end))
-            {
-                continue;
-            }
-            if span.start <= candidate.start && candidate.end <= span.end {
-                contained = true;
-                break;
-            }
-            absorbed.push(i);
-        }
-        if contained {
+        let text = &hits[candidate.hit_index as usize].text;
+        if collect_touching(&spans, candidate, text, &mut absorbed) {
             continue;
         }
-        // Merging can chain: a widened span may now touch another one of the section.
-        loop {
-            for &i in &absorbed {
-                start = start.min(spans[i].start);
-                end = end.max(spans[i].end);
-            }
-            let before = absorbed.len();
-            for (i, span) in spans.iter().enumerate() {
-                if span.section == candidate.section
-                    && !absorbed.contains(&i)
-                    && overlaps_or_touches(text, (span.start, span.end), (start, end))
-                {
-                    absorbed.push(i);
-                }
-            }
-            if absorbed.len() == before {
-                break;
-            }
-        }
+        let (start, end) = widen_over_touching(&spans, candidate, text, &mut absorbed);
         let freed: u64 = absorbed.iter().map(|&i| spans[i].token_count as u64).sum();
-        // The merged span continues the table its first piece continues, unless it now holds the
-        // header itself.
-        let mut first_piece = (candidate.start, candidate.header);
-        for &i in &absorbed {
-            if spans[i].start < first_piece.0 {
-                first_piece = (spans[i].start, spans[i].header);
-            }
-        }
-        let header = first_piece
-            .1
-            .filter(|&(header_start, _)| header_start < start);
+        let header = merged_header(&spans, &absorbed, candidate, start);
         // Tokens wholly inside the span, as the section was tokenized. Its own tokenization can be
         // shorter (a word cut at the span's edge may become fewer pieces), so only a candidate
         // far over the budget is rejected without the exact count: at most half of the section's
         // tokens, less a few, are assumed to disappear.
-        let covered = analyses[candidate.section as usize]
+        let covered = analyses[candidate.hit_index as usize]
             .tokens
             .count_within(start as usize..end as usize) as u64;
         if used - freed + (covered / 2).saturating_sub(4) > budget {
@@ -119,7 +56,7 @@ pub fn pack(
             continue;
         }
         let mut merged = PackedSpan {
-            section: candidate.section,
+            hit_index: candidate.hit_index,
             start,
             end,
             token_count: merged_tokens as u32,
@@ -128,13 +65,7 @@ pub fn pack(
             parts: candidate.parts,
             strategy: candidate.strategy,
         };
-        for &i in &absorbed {
-            if spans[i].score > merged.score {
-                merged.score = spans[i].score;
-                merged.parts = spans[i].parts;
-                merged.strategy = spans[i].strategy;
-            }
-        }
+        take_best_score(&mut merged, &spans, &absorbed);
         used = used - freed + merged_tokens;
         absorbed.sort_unstable_by(|a, b| b.cmp(a));
         for &i in &absorbed {
@@ -145,10 +76,96 @@ pub fn pack(
     spans.sort_by(|a, b| {
         b.score
             .total_cmp(&a.score)
-            .then(a.section.cmp(&b.section))
+            .then(a.hit_index.cmp(&b.hit_index))
             .then(a.start.cmp(&b.start))
     });
     spans
+}
+
+/// Collects into `absorbed` the packed spans of the candidate's section that overlap or touch
+/// it; true when one of them already holds the candidate whole (nothing to add).
+fn collect_touching(
+    spans: &[PackedSpan],
+    candidate: &Candidate,
+    text: &str,
+    absorbed: &mut Vec<usize>,
+) -> bool {
+    absorbed.clear();
+    for (i, span) in spans.iter().enumerate() {
+        if span.hit_index != candidate.hit_index
+            || !overlaps_or_touches(
+                text,
+                (span.start, span.end),
+                (candidate.start, candidate.end),
+            )
+        {
+            continue;
+        }
+        if span.start <= candidate.start && candidate.end <= span.end {
+            return true;
+        }
+        absorbed.push(i);
+    }
+    false
+}
+
+/// The candidate's range widened over the spans in `absorbed`, which gains every further span
+/// of the section that the widened range touches: merging can chain.
+fn widen_over_touching(
+    spans: &[PackedSpan],
+    candidate: &Candidate,
+    text: &str,
+    absorbed: &mut Vec<usize>,
+) -> (u32, u32) {
+    let (mut start, mut end) = (candidate.start, candidate.end);
+    loop {
+        for &i in absorbed.iter() {
+            start = start.min(spans[i].start);
+            end = end.max(spans[i].end);
+        }
+        let before = absorbed.len();
+        for (i, span) in spans.iter().enumerate() {
+            if span.hit_index == candidate.hit_index
+                && !absorbed.contains(&i)
+                && overlaps_or_touches(text, (span.start, span.end), (start, end))
+            {
+                absorbed.push(i);
+            }
+        }
+        if absorbed.len() == before {
+            return (start, end);
+        }
+    }
+}
+
+/// The merged span continues the table its first piece continues, unless it now holds the
+/// header itself (the header starts inside it).
+fn merged_header(
+    spans: &[PackedSpan],
+    absorbed: &[usize],
+    candidate: &Candidate,
+    merged_start: u32,
+) -> Option<(u32, u32)> {
+    let mut first_piece = (candidate.start, candidate.header);
+    for &i in absorbed {
+        if spans[i].start < first_piece.0 {
+            first_piece = (spans[i].start, spans[i].header);
+        }
+    }
+    first_piece
+        .1
+        .filter(|&(header_start, _)| header_start < merged_start)
+}
+
+/// A merged span keeps the score, parts and strategy of its best piece.
+fn take_best_score(merged: &mut PackedSpan, spans: &[PackedSpan], absorbed: &[usize]) {
+    for &i in absorbed {
+        if spans[i].score > merged.score {
+            merged.score = spans[i].score;
+            merged.parts = spans[i].parts;
+            merged.strategy = spans[i].strategy;
+        }
+    }
 }
 
 /// What a caller reads for a span with a context: the context, a line break, then the span.
@@ -364,7 +381,7 @@ mod properties {
 
             let mut total = 0usize;
             for s in &packed {
-                let text = &hits[s.section as usize].text;
+                let text = &hits[s.hit_index as usize].text;
                 total += match s.header {
                     None => tokenizer().count(&text[s.start as usize..s.end as usize]),
                     Some(header) => {
@@ -376,17 +393,17 @@ mod properties {
             prop_assert!(total <= budget as usize, "{total} > {budget}");
             prop_assert_eq!(total, packed.iter().map(|s| s.token_count as usize).sum::<usize>());
             for (i, a) in packed.iter().enumerate() {
-                let text = &hits[a.section as usize].text;
+                let text = &hits[a.hit_index as usize].text;
                 prop_assert!(a.start < a.end && (a.end as usize) <= text.len());
                 prop_assert!(text.is_char_boundary(a.start as usize) && text.is_char_boundary(a.end as usize));
                 for b in &packed[i + 1..] {
-                    prop_assert!(a.section != b.section || a.end <= b.start || b.end <= a.start, "overlap {a:?} {b:?}");
+                    prop_assert!(a.hit_index != b.hit_index || a.end <= b.start || b.end <= a.start, "overlap {a:?} {b:?}");
                 }
             }
             // Greedy: if nothing was packed, no single candidate would have fitted on its own.
             if packed.is_empty() {
                 for c in &candidates {
-                    let own = tokenizer().count(&hits[c.section as usize].text[c.start as usize..c.end as usize]);
+                    let own = tokenizer().count(&hits[c.hit_index as usize].text[c.start as usize..c.end as usize]);
                     prop_assert!(own > budget as usize || c.token_count == 0, "{c:?} ({own} tokens) fits {budget}");
                 }
             }

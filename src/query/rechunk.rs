@@ -1,10 +1,9 @@
-//! Stage 3: re-chunk only the retrieved sections, cutting on their token offsets. The semantic
+//! The rechunk stage: re-chunk only the retrieved sections, cutting on their token offsets. The semantic
 //! strategy reads the stored sentence vectors: no model pass.
 
 use std::sync::Arc;
 
-use super::Candidate;
-use crate::cache::SectionAnalysis;
+use super::{Candidate, SectionAnalysis};
 use crate::chunk::{self, ChunkOptions, ChunkSpan, SemanticInput, SemanticThreshold, Strategy};
 use crate::embed::QuantizedVectors;
 use crate::index::SectionHit;

@@ -1,22 +1,14 @@
-//! Stage 4: score fine chunks. Each signal is computed per chunk, normalised over the candidates of
+//! The score stage: score fine chunks. Each signal is computed per chunk, normalised over the candidates of
 //! this query, and fused linearly with weights from config; the neural stage adds `dense`.
 
 use std::sync::Arc;
 
-use super::Candidate;
-use crate::cache::SectionAnalysis;
+use super::{Candidate, QueryTerms, SectionAnalysis};
 use crate::embed::QuantizedVectors;
 use crate::index::SectionHit;
 
 const BM25_K1: f32 = 1.2;
 const BM25_B: f32 = 0.75;
-
-/// Analysed query terms and their inverse document frequencies over the collection's sections.
-#[derive(Clone, Debug, Default)]
-pub struct QueryTerms {
-    pub hashes: Vec<u64>,
-    pub idf: Vec<f32>,
-}
 
 #[derive(Clone, Copy, Debug)]
 pub struct Weights {
@@ -29,7 +21,7 @@ pub struct Weights {
 #[tracing::instrument(level = "debug", skip_all, fields(candidates = candidates.len()))]
 pub fn score(
     candidates: &mut [Candidate],
-    hits: &[crate::index::SectionHit],
+    hits: &[SectionHit],
     analyses: &[Arc<SectionAnalysis>],
     query: &QueryTerms,
     query_vector: Option<&[f32]>,
@@ -38,6 +30,25 @@ pub fn score(
     if candidates.is_empty() {
         return;
     }
+    raw_signals(candidates, hits, analyses, query, query_vector);
+    fuse_signals(candidates, query_vector.is_some(), weights);
+    candidates.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(a.hit_index.cmp(&b.hit_index))
+            .then(a.start.cmp(&b.start))
+    });
+}
+
+/// Each candidate's BM25 over its own text, its section's coarse score relative to the best
+/// section's, and its cosine to the query vector (0 without one).
+fn raw_signals(
+    candidates: &mut [Candidate],
+    hits: &[SectionHit],
+    analyses: &[Arc<SectionAnalysis>],
+    query: &QueryTerms,
+    query_vector: Option<&[f32]>,
+) {
     let lengths = chunk_lengths(candidates, analyses);
     let average_length =
         (lengths.iter().map(|&l| l as f32).sum::<f32>() / lengths.len() as f32).max(1.0);
@@ -49,8 +60,8 @@ pub fn score(
     let mut current_section = u32::MAX;
     let mut dense = DenseScorer::new(query_vector);
     for (candidate, &length) in candidates.iter_mut().zip(&lengths) {
-        if candidate.section != current_section {
-            current_section = candidate.section;
+        if candidate.hit_index != current_section {
+            current_section = candidate.hit_index;
             query_matches(&analyses[current_section as usize], query, &mut matches);
             dense.enter_section(&hits[current_section as usize]);
         }
@@ -73,7 +84,7 @@ pub fn score(
             })
             .sum();
         let section_score = hits
-            .get(candidate.section as usize)
+            .get(candidate.hit_index as usize)
             .map_or(0.0, |hit: &SectionHit| hit.score);
         candidate.parts.section = if max_section_score > 0.0 {
             section_score / max_section_score
@@ -81,7 +92,10 @@ pub fn score(
             0.0
         };
     }
+}
 
+/// Normalises BM25 and dense over this query's candidates and weighs the signals into a score.
+fn fuse_signals(candidates: &mut [Candidate], has_query_vector: bool, weights: Weights) {
     let max_bm25 = candidates
         .iter()
         .map(|c| c.parts.bm25)
@@ -100,7 +114,7 @@ pub fn score(
         } else {
             0.0
         };
-        let dense = if query_vector.is_some() && dense_span > 1e-6 {
+        let dense = if has_query_vector && dense_span > 1e-6 {
             (candidate.parts.dense - min_dense) / dense_span
         } else {
             0.0
@@ -108,12 +122,6 @@ pub fn score(
         candidate.score =
             weights.bm25 * bm25 + weights.section * candidate.parts.section + weights.dense * dense;
     }
-    candidates.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then(a.section.cmp(&b.section))
-            .then(a.start.cmp(&b.start))
-    });
 }
 
 /// Cosine of the query to a chunk's vector, pooled from the stored vectors of the sentences the
@@ -184,7 +192,7 @@ fn chunk_lengths(candidates: &[Candidate], analyses: &[Arc<SectionAnalysis>]) ->
     candidates
         .iter()
         .map(|candidate| {
-            let terms = &analyses[candidate.section as usize].terms;
+            let terms = &analyses[candidate.hit_index as usize].terms;
             let first = terms.partition_point(|&(offset, _)| offset < candidate.start);
             let last = terms.partition_point(|&(offset, _)| offset < candidate.end);
             (last - first) as u32
@@ -205,7 +213,7 @@ fn query_matches(analysis: &SectionAnalysis, query: &QueryTerms, out: &mut Vec<(
 mod tests {
     use super::*;
     use crate::chunk::Strategy;
-    use crate::pipeline::analyze::term_hash;
+    use crate::query::term_hash;
     use crate::tokens::TokenOffsets;
     use crate::types::ScoreParts;
 
@@ -228,7 +236,7 @@ mod tests {
 
     fn candidate(section: u32, start: u32, end: u32) -> Candidate {
         Candidate {
-            section,
+            hit_index: section,
             start,
             end,
             token_count: 0,
@@ -314,7 +322,7 @@ mod tests {
                 dense: 1.0,
             },
         );
-        assert_eq!(candidates[0].section, 1);
+        assert_eq!(candidates[0].hit_index, 1);
         assert!((candidates[1].parts.section - 0.25).abs() < 1e-6);
     }
 }

@@ -1,0 +1,126 @@
+//! The query pipeline. The service runs the stages in order and times each under its module's
+//! name; no stage calls another. The types handed from one stage to the next are defined here.
+//!
+//! ```text
+//! RetrieveQuery
+//!   └─ validate::validate_query     → (checked)         the query's own limits
+//!   └─ validate::resolve_chunking   → ChunkOptions      request, then collection, then server defaults
+//!   └─ embed::embed                 → EmbeddedQuery     query vector (one model pass), terms and idf
+//!   └─ coarse::retrieve             → Vec<SectionHit>   top-k sections: BM25 (+ dense, fused)
+//!   └─ analyze::analyze             → Vec<Arc<SectionAnalysis>>  one tokenization per section (cached)
+//!   └─ rechunk::rechunk             → Vec<Candidate>    fine chunks cut on token offsets
+//!   └─ score::score                 → Vec<Candidate>    chunk BM25 + section prior (+ dense), best first
+//!   └─ pack::pack                   → Vec<PackedSpan>   best chunks merged into the budget
+//!   └─ assemble::assemble           → Vec<RetrievedChunk>  ordered, with text and document offsets
+//! ```
+
+pub mod analyze;
+pub mod assemble;
+pub mod coarse;
+pub mod embed;
+pub mod pack;
+pub mod rechunk;
+pub mod score;
+pub mod validate;
+
+use std::hash::BuildHasher;
+use std::ops::Range;
+
+use crate::chunk::Strategy;
+use crate::tokens::TokenOffsets;
+use crate::types::ScoreParts;
+
+/// Hash of an analysed term, shared by section analysis and query terms.
+pub fn term_hash(term: &str) -> u64 {
+    rustc_hash::FxBuildHasher.hash_one(term)
+}
+
+/// What the embed stage makes of the query text: its vector (when the collection has a dense
+/// index and the server a model) and its analysed terms.
+#[derive(Clone, Debug, Default)]
+pub struct EmbeddedQuery {
+    pub vector: Option<Vec<f32>>,
+    /// Distinct analysed terms, in query order: what the coarse stage searches for.
+    pub terms: Vec<String>,
+    /// The same terms as chunk scoring uses them.
+    pub scoring_terms: QueryTerms,
+}
+
+/// Analysed query terms and their inverse document frequencies over the collection's sections.
+#[derive(Clone, Debug, Default)]
+pub struct QueryTerms {
+    pub hashes: Vec<u64>,
+    pub idf: Vec<f32>,
+}
+
+/// What a section's single analysis pass produces.
+#[derive(Debug, Default)]
+pub struct SectionAnalysis {
+    /// Budget-tokenizer offsets: chunk boundaries are cut on these.
+    pub tokens: TokenOffsets,
+    /// BM25 analyser tokens: (byte offset, hash of the analysed term), in order.
+    pub terms: Vec<(u32, u64)>,
+    /// Sentences of the text ([`crate::chunk::sentences`]), so chunking does not segment again.
+    pub sentences: Vec<Range<u32>>,
+}
+
+impl SectionAnalysis {
+    /// What the analysis holds on the heap: its weight in the section cache.
+    pub fn heap_bytes(&self) -> usize {
+        self.tokens.heap_bytes()
+            + self.terms.capacity() * std::mem::size_of::<(u32, u64)>()
+            + self.sentences.capacity() * std::mem::size_of::<Range<u32>>()
+    }
+}
+
+/// A fine chunk cut from one of the retrieved sections.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate {
+    /// Position of its section in the coarse stage's hits.
+    pub hit_index: u32,
+    /// Byte range in the section text.
+    pub start: u32,
+    pub end: u32,
+    /// Budget tokens inside the range, from the section's token offsets.
+    pub token_count: u32,
+    /// Byte range of the table header this chunk continues without holding it (see
+    /// [`crate::chunk::ChunkSpan::header`]): returned as the chunk's context.
+    pub header: Option<(u32, u32)>,
+    pub strategy: Strategy,
+    pub score: f32,
+    pub parts: ScoreParts,
+}
+
+impl Candidate {
+    /// The chunk `span` of the section at `hit_index`, not scored yet.
+    pub fn unscored(hit_index: u32, span: &crate::chunk::ChunkSpan) -> Self {
+        Self {
+            hit_index,
+            start: span.start,
+            end: span.end,
+            token_count: span.token_count,
+            header: span.header,
+            strategy: span.strategy,
+            score: 0.0,
+            parts: ScoreParts::default(),
+        }
+    }
+}
+
+/// A merged span of one section, ready to be returned.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PackedSpan {
+    /// Position of its section in the coarse stage's hits.
+    pub hit_index: u32,
+    /// Byte range in the section text.
+    pub start: u32,
+    pub end: u32,
+    /// Exact count in the budget tokenizer of the span's text, with its context when it has one.
+    pub token_count: u32,
+    /// Byte range of the table header the span continues without holding it: the context the
+    /// caller puts before the span's text.
+    pub header: Option<(u32, u32)>,
+    pub score: f32,
+    pub parts: ScoreParts,
+    pub strategy: Strategy,
+}

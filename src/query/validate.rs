@@ -1,0 +1,158 @@
+//! The validate stage: the query's own limits, checked before any work is done, and the chunking
+//! it asks for resolved against the collection's defaults and then the server's.
+
+use std::sync::Arc;
+
+use crate::chunk::{ChunkOptions, SemanticThreshold, Strategy};
+use crate::config::LimitsConfig;
+use crate::error::{LatheError, Result};
+use crate::types::{ChunkingSpec, RetrieveQuery};
+
+/// The query's own limits (text length, top_k, budget).
+pub fn validate_query(limits: &LimitsConfig, query: &RetrieveQuery) -> Result<()> {
+    if query.query.is_empty() {
+        return Err(LatheError::invalid(
+            "query",
+            "must contain at least one non-whitespace character",
+        ));
+    }
+    if query.query.len() > limits.max_query_bytes {
+        return Err(LatheError::invalid(
+            "query",
+            format!(
+                "is {} bytes; the allowed range is 1..={} bytes",
+                query.query.len(),
+                limits.max_query_bytes
+            ),
+        ));
+    }
+    check_from_one("top_k", query.top_k, limits.max_top_k)?;
+    check_from_one("token_budget", query.token_budget, limits.max_token_budget)
+}
+
+/// `value` of `field` in 1..=`max`.
+fn check_from_one(field: &str, value: u32, max: u32) -> Result<()> {
+    if (1..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(LatheError::invalid(
+        field,
+        format!("is {value}; the allowed range is 1..={max}"),
+    ))
+}
+
+/// The chunking of one query: each field as requested, else the collection's default, else the
+/// server's (`default_chunk_tokens`, capped by the budget).
+pub fn resolve_chunking(
+    requested: &ChunkingSpec,
+    collection: &ChunkingSpec,
+    token_budget: u32,
+    default_chunk_tokens: u32,
+    limits: &LimitsConfig,
+) -> Result<ChunkOptions> {
+    let strategy = requested
+        .strategy
+        .or(collection.strategy)
+        .unwrap_or(Strategy::Sentence);
+    // Unless asked otherwise, no chunk is larger than the whole budget: a caller with a small
+    // budget gets small chunks rather than none.
+    let max_size = requested
+        .max_tokens
+        .or(collection.max_tokens)
+        .unwrap_or_else(|| default_chunk_tokens.min(token_budget.max(1)));
+    let overlap = requested
+        .overlap_tokens
+        .or(collection.overlap_tokens)
+        .unwrap_or(0);
+    let unit = if requested.strategy.is_some() {
+        requested.unit
+    } else {
+        collection.unit
+    };
+    check_chunk_sizes(max_size, overlap, limits.max_chunk_tokens)?;
+    let separators = if requested.separators.is_empty() {
+        None
+    } else {
+        Some(Arc::from(requested.separators.clone()))
+    };
+    Ok(ChunkOptions {
+        strategy,
+        max_size,
+        overlap,
+        unit,
+        separators,
+    })
+}
+
+/// The semantic strategy's breakpoint rule; the default when the query names none.
+pub fn semantic_threshold(requested: &ChunkingSpec) -> SemanticThreshold {
+    requested
+        .semantic
+        .map(|rule| rule.threshold())
+        .unwrap_or_default()
+}
+
+/// A chunk size in 1..=`max_chunk_tokens` and an overlap below it (also checked for a
+/// collection's default chunking when it is created).
+pub fn check_chunk_sizes(max_size: u32, overlap: u32, max_chunk_tokens: u32) -> Result<()> {
+    if !(1..=max_chunk_tokens).contains(&max_size) {
+        return Err(LatheError::invalid(
+            "chunking.max_tokens",
+            format!("is {max_size}; the allowed range is 1..={max_chunk_tokens}"),
+        ));
+    }
+    if overlap >= max_size {
+        return Err(LatheError::invalid(
+            "chunking.overlap_tokens",
+            format!(
+                "is {overlap}; it must be below chunking.max_tokens ({max_size}), i.e. in 0..={}",
+                max_size - 1
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(top_k: u32, token_budget: u32) -> RetrieveQuery {
+        RetrieveQuery {
+            collection: "c".into(),
+            query: "plane iron".into(),
+            top_k,
+            token_budget,
+            chunking: ChunkingSpec::default(),
+            filter: Default::default(),
+            order: Default::default(),
+        }
+    }
+
+    fn reason(result: Result<()>) -> String {
+        match result {
+            Err(error) => error.to_string(),
+            Ok(()) => panic!("the query was accepted"),
+        }
+    }
+
+    #[test]
+    fn top_k_and_budget_outside_their_range_name_the_field_and_the_range() {
+        let limits = LimitsConfig::default();
+        assert!(validate_query(&limits, &query(1, 1)).is_ok());
+        let max = (limits.max_top_k, limits.max_token_budget);
+        assert!(validate_query(&limits, &query(max.0, max.1)).is_ok());
+        assert_eq!(
+            reason(validate_query(&limits, &query(0, 1))),
+            format!("invalid `top_k`: is 0; the allowed range is 1..={}", max.0)
+        );
+        assert_eq!(
+            reason(validate_query(&limits, &query(1, max.1 + 1))),
+            format!(
+                "invalid `token_budget`: is {}; the allowed range is 1..={}",
+                max.1 + 1,
+                max.1
+            )
+        );
+    }
+}

@@ -1,0 +1,48 @@
+//! The service's caches, both bounded in bytes by a weigher and keyed so they can never serve
+//! stale data:
+//! - results: whole answers keyed by the collection, the index generation the answer was computed
+//!   on, and the normalised request. A write moves the generation, so old entries are never hit.
+//! - sections: the analyze stage's per-section analysis, keyed by [`SectionKey`] (the tokenizer
+//!   and a hash of the section text). Content-addressed, so it survives writes to other documents
+//!   and can never describe a different version of a section.
+
+use std::sync::Arc;
+
+use moka::sync::Cache;
+
+use crate::query::analyze::SectionKey;
+use crate::query::SectionAnalysis;
+use crate::types::{RetrieveQuery, RetrieveResult};
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ResultKey {
+    /// Unique per opening of a collection, so a deleted and recreated one starts afresh.
+    pub incarnation: u64,
+    pub generation: u64,
+    pub query: RetrieveQuery,
+}
+
+#[derive(Clone)]
+pub struct Caches {
+    pub results: Cache<ResultKey, Arc<RetrieveResult>>,
+    pub sections: Cache<SectionKey, Arc<SectionAnalysis>>,
+}
+
+impl Caches {
+    pub fn new(result_bytes: u64, section_bytes: u64) -> Self {
+        let results = Cache::builder()
+            .max_capacity(result_bytes)
+            .weigher(|key: &ResultKey, value: &Arc<RetrieveResult>| {
+                let bytes = key.query.query.len() + value.heap_bytes() + 256;
+                u32::try_from(bytes).unwrap_or(u32::MAX)
+            })
+            .build();
+        let sections = Cache::builder()
+            .max_capacity(section_bytes)
+            .weigher(|_: &SectionKey, value: &Arc<SectionAnalysis>| {
+                u32::try_from(value.heap_bytes() + 64).unwrap_or(u32::MAX)
+            })
+            .build();
+        Self { results, sections }
+    }
+}

@@ -1,0 +1,153 @@
+//! Create, list, get and delete collections, and what they report.
+
+use std::sync::Arc;
+
+use super::{chunking_from_stored, runtime_for, CollectionRuntime, Engine};
+use crate::error::{LatheError, Result};
+use crate::index::{CollectionEntry, FaultKind, StoredSettings};
+use crate::query::validate::check_chunk_sizes;
+use crate::types::{CollectionInfo, CollectionSettings, CollectionState};
+
+impl Engine {
+    pub async fn create_collection(
+        &self,
+        name: String,
+        settings: CollectionSettings,
+    ) -> Result<CollectionInfo> {
+        validate_collection_name(&name)?;
+        if settings.section_tokens == 0
+            || settings.section_tokens > self.config.limits.max_chunk_tokens.max(65_536)
+        {
+            return Err(LatheError::invalid(
+                "settings.section_tokens",
+                format!(
+                    "is {}; the allowed range is 1..=65536",
+                    settings.section_tokens
+                ),
+            ));
+        }
+        let chunking = &settings.default_chunking;
+        if chunking.max_tokens.is_some() || chunking.overlap_tokens.is_some() {
+            let max_size = chunking
+                .max_tokens
+                .unwrap_or(self.config.retrieval.default_chunk_tokens);
+            check_chunk_sizes(
+                max_size,
+                chunking.overlap_tokens.unwrap_or(0),
+                self.config.limits.max_chunk_tokens,
+            )
+            .map_err(|e| match e {
+                LatheError::InvalidArgument { field, reason } => {
+                    LatheError::invalid(format!("settings.default_{field}"), reason)
+                }
+                other => other,
+            })?;
+        }
+        let stored = StoredSettings {
+            budget_tokenizer: if settings.budget_tokenizer.is_empty() {
+                crate::tokenizer::DEFAULT_TOKENIZER.to_string()
+            } else {
+                settings.budget_tokenizer.clone()
+            },
+            section_tokens: settings.section_tokens,
+            default_strategy: chunking.strategy.map(|s| s.name().to_string()),
+            default_max_tokens: chunking.max_tokens,
+            default_overlap_tokens: chunking.overlap_tokens,
+        };
+        let runtime = runtime_for(&stored, &self.config.models.dir)?;
+        let catalog = Arc::clone(&self.catalog);
+        let collection = blocking(move || catalog.create(&name, stored, runtime)).await?;
+        Ok(Self::info(&CollectionEntry::Ready(collection)))
+    }
+
+    pub async fn list_collections(&self) -> Result<Vec<CollectionInfo>> {
+        Ok(self.catalog.entries().iter().map(Self::info).collect())
+    }
+
+    pub async fn get_collection(&self, name: &str) -> Result<CollectionInfo> {
+        Ok(Self::info(&self.catalog.entry(name)?))
+    }
+
+    pub async fn delete_collection(&self, name: &str) -> Result<()> {
+        let catalog = Arc::clone(&self.catalog);
+        let name = name.to_string();
+        blocking(move || catalog.delete(&name)).await
+    }
+
+    /// What List/GetCollection report of one collection; never fails, so that one collection
+    /// cannot hide the others.
+    pub(super) fn info(entry: &CollectionEntry<CollectionRuntime>) -> CollectionInfo {
+        match entry {
+            CollectionEntry::Ready(collection) => {
+                let (state, reason, stats) = match collection.index.stats() {
+                    // Damage found while serving: what verifies is still served (see `damage`).
+                    Ok(stats) if collection.index.damage().is_some() => (
+                        CollectionState::Damaged,
+                        format!(
+                            "{}; what verifies is still served, the rest answers DATA_LOSS",
+                            collection.index.damage().unwrap_or_default()
+                        ),
+                        Some(stats),
+                    ),
+                    Ok(stats) => (CollectionState::Ready, String::new(), Some(stats)),
+                    Err(error) => (
+                        CollectionState::Damaged,
+                        format!(
+                            "{}: reading its statistics failed: {error}",
+                            collection.index.path().display()
+                        ),
+                        None,
+                    ),
+                };
+                CollectionInfo {
+                    name: collection.name.clone(),
+                    state,
+                    reason,
+                    settings: Some(settings_from_stored(&collection.settings)),
+                    stats,
+                }
+            }
+            CollectionEntry::Faulted(faulted) => CollectionInfo {
+                name: faulted.name.clone(),
+                state: match faulted.fault.kind {
+                    FaultKind::Damaged => CollectionState::Damaged,
+                    FaultKind::Offline => CollectionState::Offline,
+                },
+                reason: faulted.fault.to_string(),
+                settings: faulted.settings.as_ref().map(settings_from_stored),
+                stats: None,
+            },
+        }
+    }
+}
+
+fn settings_from_stored(stored: &StoredSettings) -> CollectionSettings {
+    CollectionSettings {
+        budget_tokenizer: stored.budget_tokenizer.clone(),
+        default_chunking: chunking_from_stored(stored),
+        section_tokens: stored.section_tokens,
+    }
+}
+
+fn validate_collection_name(name: &str) -> Result<()> {
+    if crate::index::is_valid_collection_name(name) {
+        Ok(())
+    } else {
+        Err(LatheError::invalid(
+            "name",
+            format!(
+                "`{}` must be 1 to 64 characters of [A-Za-z0-9_-]",
+                name.chars().take(80).collect::<String>()
+            ),
+        ))
+    }
+}
+
+/// Runs blocking file-system work (fsyncs, renames) off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| LatheError::internal(format!("blocking task failed: {e}")))?
+}

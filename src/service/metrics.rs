@@ -1,0 +1,100 @@
+//! Metrics the service publishes: collection gauges at scrape time, and per query the stage
+//! timings and cache lookups.
+
+use std::collections::BTreeSet;
+
+use super::Engine;
+use crate::types::{CollectionInfo, CollectionState, RetrieveResult};
+
+impl Engine {
+    /// Publishes each collection's state and size and the writers' state to the metrics
+    /// (called at scrape time).
+    pub fn record_collection_metrics(&self) {
+        let metrics = &self.metrics;
+        metrics
+            .index_writers_open
+            .set(self.catalog.open_writers() as i64);
+        let evictions = self.catalog.writer_evictions();
+        let counted = metrics.index_writer_evictions.get();
+        metrics
+            .index_writer_evictions
+            .inc_by(evictions.saturating_sub(counted));
+        let infos: Vec<CollectionInfo> = self.catalog.entries().iter().map(Self::info).collect();
+        let mut published = self
+            .published_collections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let current: BTreeSet<String> = infos.iter().map(|info| info.name.clone()).collect();
+        for gone in published.difference(&current) {
+            let name = [gone.as_str()];
+            let _ = metrics.collection_documents.remove_label_values(&name);
+            let _ = metrics.collection_sections.remove_label_values(&name);
+            let _ = metrics.collection_bytes.remove_label_values(&name);
+            let _ = metrics.collection_damaged.remove_label_values(&name);
+        }
+        *published = current;
+        for state in [
+            CollectionState::Ready,
+            CollectionState::Damaged,
+            CollectionState::Offline,
+        ] {
+            let count = infos.iter().filter(|info| info.state == state).count();
+            metrics
+                .collections
+                .with_label_values(&[state.label()])
+                .set(count as i64);
+        }
+        for info in &infos {
+            let name = [info.name.as_str()];
+            metrics
+                .collection_damaged
+                .with_label_values(&name)
+                .set(i64::from(info.state != CollectionState::Ready));
+            // A collection that is not open keeps its last sizes, if it had any.
+            let Some(stats) = info.stats else {
+                continue;
+            };
+            metrics
+                .collection_documents
+                .with_label_values(&name)
+                .set(stats.documents as i64);
+            metrics
+                .collection_sections
+                .with_label_values(&name)
+                .set(stats.sections as i64);
+            metrics
+                .collection_bytes
+                .with_label_values(&name)
+                .set(stats.bytes as i64);
+        }
+    }
+
+    /// Counts one lookup in the result cache.
+    pub(super) fn record_result_lookup(&self, hit: bool) {
+        let outcome = if hit { "hit" } else { "miss" };
+        self.metrics
+            .cache_lookups
+            .with_label_values(&["result", outcome])
+            .inc();
+    }
+
+    /// Each stage's time and the section cache's hits and misses of one computed answer.
+    pub(super) fn record_query_metrics(&self, result: &RetrieveResult) {
+        for &(stage, micros) in &result.timings {
+            self.metrics
+                .stage_seconds
+                .with_label_values(&[stage])
+                .observe(micros as f64 / 1e6);
+        }
+        let section_misses = result.section_cache_misses as u64;
+        let section_hits = u64::from(result.sections_considered).saturating_sub(section_misses);
+        self.metrics
+            .cache_lookups
+            .with_label_values(&["section", "hit"])
+            .inc_by(section_hits);
+        self.metrics
+            .cache_lookups
+            .with_label_values(&["section", "miss"])
+            .inc_by(section_misses);
+    }
+}

@@ -1,0 +1,200 @@
+//! The service: what Lathe does, independent of gRPC. [`Engine`] validates requests against the
+//! configured limits and runs the stages of the [`crate::ingest`] and [`crate::query`] pipelines in
+//! order on the CPU pool; besides that it only keeps the caches and the metrics. The gRPC edge
+//! calls the engine's methods directly: there is one implementation, so there is no trait.
+//!
+//! # Layout
+//! - `mod.rs`: the engine: opening (model, catalog, pool), shutdown, what it keeps per collection.
+//! - `collections.rs`: create, list, get and delete collections, and what they report.
+//! - `write.rs`: upsert (runs the ingest stages), delete and sync.
+//! - `retrieve.rs`: runs the query stages, timing each under its stage's name; the result cache.
+//! - `cache.rs`: the result and section caches.
+//! - `metrics.rs`: collection gauges published at scrape time; stage and cache metrics per query.
+
+pub mod cache;
+mod collections;
+mod metrics;
+mod retrieve;
+mod write;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::chunk::{Strategy, Unit};
+use crate::config::{Config, DenseModel};
+use crate::cpu_pool::CpuPool;
+use crate::embed::{Embedder, MiniLmConfig, MiniLmEmbedder, StaticEmbedder};
+use crate::error::{LatheError, Result};
+use crate::index::{Catalog, DataDirLock, Fault, OpenCollection, StoredSettings, WriterSettings};
+use crate::telemetry::Metrics;
+use crate::tokenizer::BudgetTokenizer;
+use crate::types::ChunkingSpec;
+use cache::Caches;
+
+/// What the service keeps beside each open collection's index.
+pub struct CollectionRuntime {
+    pub tokenizer: BudgetTokenizer,
+    pub default_chunking: ChunkingSpec,
+    /// Unique per opening in this process: a recreated collection never hits an old cache entry.
+    pub incarnation: u64,
+}
+
+type Collection = OpenCollection<CollectionRuntime>;
+
+static INCARNATIONS: AtomicU64 = AtomicU64::new(1);
+
+pub struct Engine {
+    config: Config,
+    metrics: Arc<Metrics>,
+    /// The model that makes sentence vectors at ingest and the query vector at query time.
+    embedder: Option<Arc<dyn Embedder>>,
+    catalog: Arc<Catalog<CollectionRuntime>>,
+    caches: Caches,
+    pool: CpuPool,
+    /// Collections whose per-collection series were published at the last scrape: a deleted
+    /// collection's series are removed rather than left at their last value.
+    published_collections: Mutex<BTreeSet<String>>,
+}
+
+impl Engine {
+    pub fn open(config: Config, metrics: Arc<Metrics>) -> Result<Self> {
+        // First, before models load or any collection opens: one server per data dir.
+        let lock = DataDirLock::acquire(&config.storage.data_dir)?;
+        let models_dir = config.models.dir.clone();
+        let embedder = open_embedder(&config)?;
+        let dense_dim = embedder.as_ref().map(|e| e.dim());
+        let storage = &config.storage;
+        let writer_settings = WriterSettings {
+            memory_bytes: storage.writer_memory_bytes,
+            commit_interval: Duration::from_millis(storage.commit_interval_ms),
+            idle_close: Duration::from_millis(storage.writer_idle_ms),
+            threads: storage.writer_threads,
+            max_open_writers: storage.max_open_writers,
+        };
+        let catalog = Catalog::open(
+            lock,
+            &config.storage.data_dir,
+            writer_settings,
+            dense_dim,
+            |_, stored| {
+                runtime_for(stored, &models_dir)
+                    .map_err(|error| tokenizer_fault(stored, &models_dir, &error))
+            },
+        )?;
+        let catalog = Arc::new(catalog);
+        let caches = Caches::new(config.cache.result_bytes, config.cache.section_bytes);
+        let pool = CpuPool::new(config.cpu_threads())?;
+        Ok(Self {
+            config,
+            metrics,
+            embedder,
+            catalog,
+            caches,
+            pool,
+            published_collections: Mutex::new(BTreeSet::new()),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn caches(&self) -> &Caches {
+        &self.caches
+    }
+
+    /// Commits every collection; then waits until no CPU work runs any more. After the drain
+    /// nobody waits for the pool's work: it is abandoned (inference stops at its next model run)
+    /// so that the process never exits under a running ONNX Runtime kernel (see `cpu_pool`).
+    pub fn shutdown(&self) {
+        self.pool.stop();
+        self.catalog.shutdown();
+        let limit = Duration::from_secs(30);
+        if !self.pool.wait_idle(limit) {
+            tracing::warn!(
+                limit_s = limit.as_secs(),
+                "CPU work still running at exit (a model run that does not end?)"
+            );
+        }
+    }
+}
+
+fn open_embedder(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
+    let dir = &config.models.dir;
+    let hint = |error: crate::embed::EmbedError| {
+        LatheError::invalid(
+            "models.dense",
+            format!(
+                "{error}; run `scripts/fetch-models.sh {}` to fetch the models, or set models.dense = \"off\" to run lexical-only",
+                dir.display()
+            ),
+        )
+    };
+    Ok(match config.models.dense {
+        DenseModel::Off => None,
+        DenseModel::Static => Some(Arc::new(
+            StaticEmbedder::from_models_dir(dir).map_err(hint)?,
+        )),
+        DenseModel::Minilm => {
+            let mut minilm = MiniLmConfig::from_models_dir(dir);
+            minilm.intra_op_threads = config.models.inference_threads;
+            minilm.memory_arena = config.models.inference_memory_arena;
+            // A second session, so that query embeddings do not queue behind ingest batches.
+            minilm.session_count = 2;
+            Some(Arc::new(MiniLmEmbedder::new(minilm).map_err(hint)?))
+        }
+    })
+}
+
+fn runtime_for(stored: &StoredSettings, models_dir: &std::path::Path) -> Result<CollectionRuntime> {
+    let tokenizer = BudgetTokenizer::resolve(&stored.budget_tokenizer, models_dir)?;
+    Ok(CollectionRuntime {
+        tokenizer,
+        default_chunking: chunking_from_stored(stored),
+        incarnation: INCARNATIONS.fetch_add(1, Ordering::Relaxed),
+    })
+}
+
+/// Why a stored collection's tokenizer cannot be loaded: a collection made with a tokenizer file
+/// that has since gone stays offline (its data intact) instead of stopping the server.
+fn tokenizer_fault(
+    stored: &StoredSettings,
+    models_dir: &std::path::Path,
+    error: &LatheError,
+) -> Fault {
+    let reason = match error {
+        LatheError::InvalidArgument { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    };
+    let file = match stored.budget_tokenizer.as_str() {
+        "" | crate::tokenizer::DEFAULT_TOKENIZER => {
+            Some(models_dir.join(crate::tokenizer::MINILM_TOKENIZER_PATH))
+        }
+        path if path.ends_with(".json") => Some(std::path::PathBuf::from(path)),
+        _ => None,
+    };
+    match file {
+        Some(path) if !path.exists() => Fault::offline(
+            path,
+            "the collection's tokenizer file (settings.budget_tokenizer) is missing",
+        ),
+        Some(path) => Fault::offline(path, reason),
+        None => Fault::offline(&stored.budget_tokenizer, reason),
+    }
+}
+
+fn chunking_from_stored(stored: &StoredSettings) -> ChunkingSpec {
+    ChunkingSpec {
+        strategy: stored
+            .default_strategy
+            .as_deref()
+            .and_then(Strategy::from_name),
+        max_tokens: stored.default_max_tokens,
+        overlap_tokens: stored.default_overlap_tokens,
+        unit: Unit::Tokens,
+        separators: Vec::new(),
+        semantic: None,
+    }
+}

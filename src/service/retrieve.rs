@@ -1,0 +1,198 @@
+//! Retrieve: the stages of the query pipeline run in order on the CPU pool, each timed under its
+//! stage's name; whole answers are cached per index generation.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::cache::{Caches, ResultKey};
+use super::{Collection, Engine};
+use crate::chunk::ChunkOptions;
+use crate::embed::Embedder;
+use crate::error::Result;
+use crate::index::{CollectionIndex, Snapshot};
+use crate::query::{analyze, assemble, coarse, embed, pack, rechunk, score, validate};
+use crate::types::{RetrieveQuery, RetrieveResult};
+
+/// Fixed for the life of the engine: how signals are weighed, and the query embedder.
+struct QuerySettings {
+    weights: score::Weights,
+    fusion: coarse::Fusion,
+    embedder: Option<Arc<dyn Embedder>>,
+}
+
+impl Engine {
+    pub async fn retrieve(&self, query: RetrieveQuery) -> Result<RetrieveResult> {
+        let started = Instant::now();
+        validate::validate_query(&self.config.limits, &query)?;
+        let collection = self
+            .catalog
+            .get(&query.collection)
+            .map_err(|error| error.naming_documents(&query.filter.doc_ids))?;
+        let options = validate::resolve_chunking(
+            &query.chunking,
+            &collection.extra.default_chunking,
+            query.token_budget,
+            self.config.retrieval.default_chunk_tokens,
+            &self.config.limits,
+        )?;
+        let dense_watch = DenseStateWatch::start(&collection.index);
+        let snapshot = collection.index.snapshot();
+        let key = ResultKey {
+            incarnation: collection.extra.incarnation,
+            generation: snapshot.generation,
+            query,
+        };
+        if let Some(cached) = self.caches.results.get(&key) {
+            self.record_result_lookup(true);
+            let mut result = (*cached).clone();
+            result.cache_hit = true;
+            result.timings = vec![
+                ("cache", started.elapsed().as_micros() as u64),
+                ("total", started.elapsed().as_micros() as u64),
+            ];
+            return Ok(result);
+        }
+        self.record_result_lookup(false);
+        let settings = self.query_settings();
+        let caches = self.caches.clone();
+        let stages_key = key.clone();
+        let stages_collection = Arc::clone(&collection);
+        let mut result = self
+            .pool
+            .run(move || {
+                let query = &stages_key.query;
+                run_query_stages(
+                    &stages_collection,
+                    &snapshot,
+                    query,
+                    &options,
+                    &settings,
+                    &caches,
+                )
+            })
+            .await?;
+        result.generation = key.generation;
+        result
+            .timings
+            .push(("total", started.elapsed().as_micros() as u64));
+        self.record_query_metrics(&result);
+        // An answer computed while a commit was changing the dense index may differ from one
+        // computed at its generation later: it is returned, but not cached.
+        if dense_watch.held_one_state(&collection.index) {
+            self.caches.results.insert(key, Arc::new(result.clone()));
+        }
+        Ok(result)
+    }
+
+    fn query_settings(&self) -> QuerySettings {
+        let retrieval = &self.config.retrieval;
+        QuerySettings {
+            weights: score::Weights {
+                bm25: retrieval.bm25_weight,
+                section: retrieval.section_weight,
+                dense: retrieval.dense_weight,
+            },
+            fusion: coarse::Fusion {
+                k: retrieval.rrf_k,
+                lexical_weight: retrieval.rrf_lexical_weight,
+                dense_weight: retrieval.rrf_dense_weight,
+            },
+            embedder: self.embedder.clone(),
+        }
+    }
+}
+
+/// Whether the dense index stayed in one state while a query ran. Its change counter is odd while
+/// a commit changes it and moves with every change; it is read before the snapshot is taken.
+struct DenseStateWatch {
+    changes_at_start: u64,
+}
+
+impl DenseStateWatch {
+    fn start(index: &CollectionIndex) -> Self {
+        Self {
+            changes_at_start: Self::changes(index),
+        }
+    }
+
+    fn held_one_state(&self, index: &CollectionIndex) -> bool {
+        self.changes_at_start.is_multiple_of(2) && Self::changes(index) == self.changes_at_start
+    }
+
+    /// The one read of the index's change counter.
+    fn changes(index: &CollectionIndex) -> u64 {
+        index.changes()
+    }
+}
+
+/// Runs the query stages in order (see [`crate::query`]), timing each under its own name.
+fn run_query_stages(
+    collection: &Collection,
+    snapshot: &Snapshot,
+    query: &RetrieveQuery,
+    options: &ChunkOptions,
+    settings: &QuerySettings,
+    caches: &Caches,
+) -> Result<RetrieveResult> {
+    let mut timings = Vec::with_capacity(8);
+    let mut clock = Instant::now();
+    let mut lap = |stage: &'static str, timings: &mut Vec<(&'static str, u64)>| {
+        timings.push((stage, clock.elapsed().as_micros() as u64));
+        clock = Instant::now();
+    };
+    let index = &collection.index;
+    let tokenizer = &collection.extra.tokenizer;
+
+    let embedded = embed::embed(&query.query, settings.embedder.as_deref(), index, snapshot)?;
+    lap("embed", &mut timings);
+
+    let query_vector = embedded.vector.as_deref();
+    let (filter, top_k) = (&query.filter, query.top_k as usize);
+    let hits = coarse::retrieve(
+        index,
+        snapshot,
+        &embedded.terms,
+        query_vector,
+        filter,
+        top_k,
+        settings.fusion,
+    )?;
+    lap("coarse", &mut timings);
+
+    let texts = hits.iter().map(|hit| hit.text.as_str());
+    let (analyses, section_cache_misses) = analyze::analyze(texts, tokenizer, &caches.sections);
+    lap("analyze", &mut timings);
+
+    let semantic_threshold = validate::semantic_threshold(&query.chunking);
+    let mut candidates = rechunk::rechunk(&hits, &analyses, options, semantic_threshold);
+    lap("rechunk", &mut timings);
+
+    let scoring_terms = &embedded.scoring_terms;
+    score::score(
+        &mut candidates,
+        &hits,
+        &analyses,
+        scoring_terms,
+        query_vector,
+        settings.weights,
+    );
+    lap("score", &mut timings);
+
+    let mut spans = pack::pack(&candidates, &hits, &analyses, query.token_budget, tokenizer);
+    lap("pack", &mut timings);
+
+    let chunks = assemble::assemble(&mut spans, &hits, query.order);
+    lap("assemble", &mut timings);
+
+    Ok(RetrieveResult {
+        tokens_used: spans.iter().map(|s| s.token_count).sum(),
+        token_budget: query.token_budget,
+        generation: snapshot.generation,
+        cache_hit: false,
+        timings,
+        sections_considered: hits.len() as u32,
+        section_cache_misses,
+        chunks_considered: candidates.len() as u32,
+        chunks,
+    })
+}

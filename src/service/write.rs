@@ -1,0 +1,134 @@
+//! Writes: upsert runs the stages of the ingest pipeline in order; delete and sync go straight to
+//! the collection's writer.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Engine;
+use crate::config::{DenseModel, FineModeName};
+use crate::embed::FineMode;
+use crate::error::{LatheError, Result};
+use crate::index::WriteOp;
+use crate::ingest::section::SectionLimits;
+use crate::ingest::{embed, records, section, sentences, validate, SentencedDocument};
+use crate::types::{DocumentInput, WriteOutcome};
+
+impl Engine {
+    #[tracing::instrument(level = "debug", skip_all, fields(collection = %collection_name, documents = documents.len(), wait))]
+    pub async fn upsert_documents(
+        &self,
+        collection_name: &str,
+        documents: Vec<DocumentInput>,
+        wait: bool,
+    ) -> Result<WriteOutcome> {
+        let collection = self.catalog.get(collection_name).map_err(|error| {
+            let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
+            error.naming_documents(&ids)
+        })?;
+        validate::validate_batch(&self.config.limits, &documents)?;
+        let limits = SectionLimits {
+            section_tokens: collection.settings.section_tokens as usize,
+            max_sections: self.config.limits.max_sections_per_document,
+        };
+        let sectioned_collection = Arc::clone(&collection);
+        let sentenced = self
+            .pool
+            .run(move || {
+                let tokenizer = &sectioned_collection.extra.tokenizer;
+                documents
+                    .into_iter()
+                    .map(|document| {
+                        let sectioned = section::section(document, limits, tokenizer)?;
+                        Ok(sentences::sentences(sectioned))
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .await?;
+        let records = self.embed_and_record(sentenced).await?;
+        let outcome = WriteOutcome {
+            documents: records.len() as u32,
+            sections: records.iter().map(|r| r.sections.len() as u32).sum(),
+            generation: 0,
+        };
+        let ops = records.into_iter().map(WriteOp::Upsert).collect();
+        let generation = await_write(collection.index.write(ops, wait)?).await?;
+        Ok(WriteOutcome {
+            generation,
+            ..outcome
+        })
+    }
+
+    /// The embed stage (with a model) and the records stage, on the pool.
+    async fn embed_and_record(
+        &self,
+        mut documents: Vec<SentencedDocument>,
+    ) -> Result<Vec<crate::index::DocumentRecord>> {
+        let embedder = self.embedder.clone();
+        let mode = match self.config.models.fine_mode {
+            FineModeName::Late => FineMode::LateChunking,
+            FineModeName::Sentence => FineMode::PerSentence,
+        };
+        let model = match self.config.models.dense {
+            DenseModel::Static => "static",
+            _ => "minilm",
+        };
+        let metrics = Arc::clone(&self.metrics);
+        self.pool
+            .run(move || {
+                if let Some(embedder) = embedder {
+                    let started = Instant::now();
+                    embed::embed(embedder.as_ref(), mode, &mut documents)?;
+                    metrics.embedding_batches.with_label_values(&[model]).inc();
+                    metrics
+                        .embedding_batch_seconds
+                        .with_label_values(&[model])
+                        .observe(started.elapsed().as_secs_f64());
+                }
+                Ok(documents.into_iter().map(records::record).collect())
+            })
+            .await
+    }
+
+    pub async fn delete_documents(
+        &self,
+        collection_name: &str,
+        ids: Vec<String>,
+        wait: bool,
+    ) -> Result<WriteOutcome> {
+        let collection = self
+            .catalog
+            .get(collection_name)
+            .map_err(|error| error.naming_documents(&ids))?;
+        if let Some(i) = ids.iter().position(String::is_empty) {
+            return Err(LatheError::invalid(
+                format!("ids[{i}]"),
+                "must not be empty",
+            ));
+        }
+        let documents = ids.len() as u32;
+        let ops = ids
+            .into_iter()
+            .map(|doc_id| WriteOp::Delete { doc_id })
+            .collect();
+        let generation = await_write(collection.index.write(ops, wait)?).await?;
+        Ok(WriteOutcome {
+            documents,
+            sections: 0,
+            generation,
+        })
+    }
+
+    pub async fn sync(&self, collection_name: &str) -> Result<u64> {
+        let collection = self.catalog.get(collection_name)?;
+        await_write(collection.index.write(Vec::new(), true)?).await
+    }
+}
+
+async fn await_write(receiver: Option<tokio::sync::oneshot::Receiver<Result<u64>>>) -> Result<u64> {
+    match receiver {
+        None => Ok(0),
+        Some(receiver) => receiver.await.map_err(|_| {
+            LatheError::Unavailable("the collection's writer stopped before committing".into())
+        })?,
+    }
+}
