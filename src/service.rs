@@ -865,8 +865,8 @@ impl LatheApi for Engine {
             &collection.extra.default_chunking,
             query.token_budget,
         )?;
-        // Read before the snapshot: see `CollectionIndex::changes`.
-        let changes_at_start = collection.index.changes();
+        // Read before the snapshot: see `CollectionIndex::commit_seqlock`.
+        let changes_at_start = collection.index.commit_seqlock();
         let snapshot = collection.index.snapshot();
         let key = ResultKey {
             incarnation: collection.extra.incarnation,
@@ -942,7 +942,8 @@ impl LatheApi for Engine {
             .inc_by(section_misses);
         // An answer computed while a commit was changing the dense index may differ from one
         // computed at its generation later: it is returned, but not cached.
-        let one_state = changes_at_start % 2 == 0 && collection.index.changes() == changes_at_start;
+        let one_state =
+            changes_at_start % 2 == 0 && collection.index.commit_seqlock() == changes_at_start;
         if one_state {
             self.caches.results.insert(key, Arc::new(result.clone()));
         }

@@ -22,11 +22,18 @@
 //! [`Faulted`]: CollectionEntry::Faulted
 
 pub mod collection;
+mod dense_upkeep;
 pub mod integrity;
 pub mod lock;
 mod parallel;
+mod reader;
+mod records;
 pub mod schema;
+mod section_document;
 pub mod storage;
+#[cfg(test)]
+mod testing;
+mod writer;
 pub mod writer_pool;
 
 use std::collections::BTreeMap;
@@ -36,11 +43,11 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-pub use collection::{
-    CollectionIndex, CollectionWriterPool, DocumentRecord, SectionHit, SectionRecord, Snapshot,
-    WriteOp, WriterSettings,
-};
+pub use collection::CollectionIndex;
 pub use lock::DataDirLock;
+pub use reader::Snapshot;
+pub use records::{section_key, DocumentRecord, SectionHit, SectionRecord, WriteOp};
+pub use writer::{CollectionWriterPool, WriterSettings};
 
 use crate::error::{LatheError, Result};
 
