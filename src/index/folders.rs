@@ -109,3 +109,65 @@ pub(super) fn sync_dir(path: &Path) -> Result<()> {
         .and_then(|dir| dir.sync_all())
         .map_err(|e| LatheError::io(format!("syncing {}", path.display()), e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fault::FaultKind;
+    use super::*;
+
+    fn entry_named(folder: &Path, name: &str) -> std::fs::DirEntry {
+        std::fs::read_dir(folder)
+            .unwrap()
+            .map(Result::unwrap)
+            .find(|entry| entry.file_name() == name)
+            .unwrap()
+    }
+
+    #[test]
+    fn each_entry_of_the_collections_folder_is_sorted_by_what_made_it() {
+        let root = tempfile::tempdir().unwrap();
+        let folder = |name: &str, files: &[&str]| {
+            std::fs::create_dir_all(root.path().join(name)).unwrap();
+            for file in files {
+                std::fs::write(root.path().join(name).join(file), b"").unwrap();
+            }
+        };
+        folder("docs", &[]);
+        folder(".creating-new", &[SETTINGS_FILE]);
+        folder(".creating-mine", &[SETTINGS_FILE, "notes.txt"]);
+        folder(".deleting-old", &["notes.txt"]);
+        folder("backup.old", &[]);
+        std::fs::write(root.path().join("readme"), b"").unwrap();
+        let found = |name: &str| classify(&entry_named(root.path(), name));
+        assert_eq!(found("docs"), Found::Collection("docs".to_string()));
+        assert_eq!(found(".creating-new"), Found::Leftover);
+        // A delete renamed the whole collection away: whatever it holds is the deleted one's.
+        assert_eq!(found(".deleting-old"), Found::Leftover);
+        assert!(matches!(found(".creating-mine"), Found::Unknown(_)));
+        assert!(matches!(found("backup.old"), Found::Unknown(_)));
+        assert!(matches!(found("readme"), Found::Unknown(_)));
+    }
+
+    #[test]
+    fn settings_read_back_as_written_and_a_garbled_file_is_a_fault_naming_it() {
+        let folder = tempfile::tempdir().unwrap();
+        let settings = StoredSettings {
+            budget_tokenizer: "cl100k_base".into(),
+            section_tokens: 512,
+            default_strategy: Some("sentence".into()),
+            default_max_tokens: Some(256),
+            default_overlap_tokens: None,
+        };
+        write_settings(folder.path(), &settings).unwrap();
+        assert_eq!(read_settings(folder.path()), Ok(settings));
+        std::fs::write(folder.path().join(SETTINGS_FILE), b"{\"budget_tokenizer\":").unwrap();
+        let fault = read_settings(folder.path()).unwrap_err();
+        assert_eq!(fault.kind, FaultKind::Damaged);
+        assert_eq!(fault.path, folder.path().join(SETTINGS_FILE));
+        assert!(
+            fault.cause.starts_with("not valid settings"),
+            "{}",
+            fault.cause
+        );
+    }
+}
