@@ -25,7 +25,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
 use lathe::eval::Dataset;
-use lathe::index::collection::section_key;
+use lathe::index::section_key;
 use lathe::index::{CollectionIndex, DocumentRecord, SectionRecord, WriteOp};
 use lathe::types::Filter;
 

@@ -1,15 +1,18 @@
-//! Dense vector index: HNSW graph (hnsw_rs) over unit vectors, with tombstones and persistence.
+//! Dense vector index: HNSW graph (hnsw_rs) over unit vectors, with tombstones.
 //!
 //! hnsw_rs cannot delete a point, so a deleted or replaced id leaves a dead slot that searches
 //! filter out; once [`DenseIndex::dead_share`] passes the configured share,
 //! [`DenseIndex::needs_rebuild`] says so and [`DenseIndex::compact`] (or
 //! [`DenseIndex::rebuild`]) builds a fresh graph of the live vectors.
 //!
-//! Persistence keeps the live vectors (f16) and ids in one file of our own format and rebuilds
-//! the graph at load, rather than using hnsw_rs's dump: its reloaded graph borrows the loader
-//! (`HnswIo`), and our file stays readable whatever version of hnsw_rs wrote it. The rebuild
-//! costs about 50 s for 10k vectors on 2 cores (ef_construction 200): fine for small
-//! collections, a known cost for large ones.
+//! A collection's dense index is never saved: the section vectors are stored with the sections
+//! in tantivy, the one source of truth, and the graph is rebuilt from them when the collection
+//! opens (see `index::dense_upkeep`). The graph build costs about 50 s for 10k vectors on 2
+//! cores (ef_construction 200): fine for small collections, a known cost for large ones.
+//!
+//! [`DenseIndex::save`] and [`DenseIndex::load`] keep a standalone index (the live vectors as
+//! f16 and their ids, in one file of our own format, the graph rebuilt at load); the server does
+//! not use them, only tests and tools that keep an index of their own.
 
 use std::collections::HashMap;
 use std::fs::File;

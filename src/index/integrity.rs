@@ -9,7 +9,7 @@
 //!   never reused, so once per file per process suffices: a collection's files are verified when
 //!   it opens, and each new segment (commit, merge) when the reader first opens it.
 //! - **Sections**: every stored section carries a BLAKE3 checksum of all it stores
-//!   (`schema::StoredSection`), verified on every read. This is what catches a file changed in
+//!   (`section_document::StoredSection`), verified on every read. This is what catches a file changed in
 //!   place after it was verified (it is memory-mapped), or a CRC32 collision.
 //!
 //! What is found goes to the collection's [`Integrity`] record, which the catalog reads through
@@ -21,12 +21,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use tantivy::directory::error::{DeleteError, LockError, OpenReadError, OpenWriteError};
+use tantivy::directory::error::{DeleteError, LockError, OpenReadError};
 use tantivy::directory::footer::Footer;
-use tantivy::directory::{
-    Directory, DirectoryLock, FileHandle, FileSlice, Lock, MmapDirectory, WatchCallback,
-    WatchHandle, WritePtr,
-};
+use tantivy::directory::{Directory, DirectoryLock, FileHandle, FileSlice, Lock, MmapDirectory};
 
 /// Findings kept word for word; past this only their number grows.
 const KEPT_FINDINGS: usize = 16;
@@ -202,33 +199,11 @@ impl<D: Directory + Clone> Directory for VerifiedDirectory<D> {
         self.inner.delete(path)
     }
 
-    fn exists(&self, path: &Path) -> Result<bool, OpenReadError> {
-        self.inner.exists(path)
-    }
-
-    fn open_write(&self, path: &Path) -> Result<WritePtr, OpenWriteError> {
-        self.inner.open_write(path)
-    }
-
-    fn atomic_read(&self, path: &Path) -> Result<Vec<u8>, OpenReadError> {
-        self.inner.atomic_read(path)
-    }
-
-    fn atomic_write(&self, path: &Path, data: &[u8]) -> io::Result<()> {
-        self.inner.atomic_write(path, data)
-    }
-
-    fn sync_directory(&self) -> io::Result<()> {
-        self.inner.sync_directory()
-    }
+    super::storage::forward_unchanged_directory_methods!();
 
     fn acquire_lock(&self, lock: &Lock) -> Result<DirectoryLock, LockError> {
         // The mmap directory's own lock (flock), not the trait's file-exists default.
         self.inner.acquire_lock(lock)
-    }
-
-    fn watch(&self, watch_callback: WatchCallback) -> tantivy::Result<WatchHandle> {
-        self.inner.watch(watch_callback)
     }
 }
 
@@ -265,6 +240,17 @@ mod tests {
         path
     }
 
+    /// A fresh folder, verified for collection `c`.
+    fn verified_folder() -> (tempfile::TempDir, Arc<Integrity>, VerifiedDirectory) {
+        let folder = tempfile::tempdir().unwrap();
+        let integrity = Integrity::new("c");
+        let directory = VerifiedDirectory::new(
+            MmapDirectory::open(folder.path()).unwrap(),
+            Arc::clone(&integrity),
+        );
+        (folder, integrity, directory)
+    }
+
     fn flip(folder: &Path, name: &str, position: usize) {
         let file = folder.join(name);
         let mut bytes = std::fs::read(&file).unwrap();
@@ -274,12 +260,7 @@ mod tests {
 
     #[test]
     fn an_intact_file_is_handed_out_and_verified_once() {
-        let folder = tempfile::tempdir().unwrap();
-        let integrity = Integrity::new("c");
-        let directory = VerifiedDirectory::new(
-            MmapDirectory::open(folder.path()).unwrap(),
-            Arc::clone(&integrity),
-        );
+        let (folder, integrity, directory) = verified_folder();
         let path = written_file(&directory, "a.store", b"hazards in their line");
         let handle = directory.get_file_handle(&path).unwrap();
         assert_eq!(
@@ -294,12 +275,7 @@ mod tests {
 
     #[test]
     fn a_flipped_byte_is_refused_and_recorded_with_the_file_named() {
-        let folder = tempfile::tempdir().unwrap();
-        let integrity = Integrity::new("c");
-        let directory = VerifiedDirectory::new(
-            MmapDirectory::open(folder.path()).unwrap(),
-            Arc::clone(&integrity),
-        );
+        let (folder, integrity, directory) = verified_folder();
         let path = written_file(&directory, "a.store", b"hazards in their line");
         flip(folder.path(), "a.store", 3);
         let error = directory.get_file_handle(&path).unwrap_err().to_string();
@@ -318,12 +294,7 @@ mod tests {
 
     #[test]
     fn a_damaged_footer_or_a_truncated_file_is_refused() {
-        let folder = tempfile::tempdir().unwrap();
-        let integrity = Integrity::new("c");
-        let directory = VerifiedDirectory::new(
-            MmapDirectory::open(folder.path()).unwrap(),
-            Arc::clone(&integrity),
-        );
+        let (folder, integrity, directory) = verified_folder();
         let footer_damaged = written_file(&directory, "a.idx", b"postings");
         let length = std::fs::metadata(folder.path().join("a.idx"))
             .unwrap()

@@ -2,6 +2,18 @@
 //! and the catalog that creates, opens, lists and deletes them. Knows nothing of the pipeline or
 //! of gRPC.
 //!
+//! # Layout
+//! - this file: the [`Catalog`]; `folders`: the collections folder's layout and leftovers;
+//!   `fault`: why a collection cannot serve ([`Fault`], [`CollectionEntry`]); `lock`: the data
+//!   dir lock; `parallel`: opening collections a few at a time.
+//! - one collection: `collection` (the [`CollectionIndex`] handle: open, write, shut down),
+//!   `records` (what is written and what a search returns), `schema` (tantivy fields and the
+//!   analyzer) with `section_document` beside it (a section written as a tantivy document and
+//!   read back, verified), `reader` (snapshots, searches, stats), `writer` (the writer the pool
+//!   runs: apply, group commit, abandon), `dense_upkeep` (the dense index kept in step).
+//! - shared by all collections: `writer_pool` (the writer threads), `storage` (the directory
+//!   and its storage errors), `integrity` (every file verified before tantivy reads it).
+//!
 //! # The data dir
 //! `data_dir/lathe.lock` keeps a second server out (see `lock`); each collection lives in
 //! `data_dir/collections/<name>/{collection.json, index/}`. Besides those folders the catalog makes
@@ -22,37 +34,43 @@
 //! [`Faulted`]: CollectionEntry::Faulted
 
 pub mod collection;
+mod dense_upkeep;
+mod fault;
+mod folders;
 pub mod integrity;
 pub mod lock;
 mod parallel;
+mod reader;
+mod records;
 pub mod schema;
+mod section_document;
 pub mod storage;
+#[cfg(test)]
+mod testing;
+mod writer;
 pub mod writer_pool;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-pub use collection::{
-    CollectionIndex, CollectionWriterPool, DocumentRecord, SectionHit, SectionRecord, Snapshot,
-    WriteOp, WriterSettings,
-};
+pub use collection::CollectionIndex;
+pub use fault::{CollectionEntry, Fault, FaultKind, FaultedCollection};
 pub use lock::DataDirLock;
+pub use reader::Snapshot;
+pub use records::{section_key, DocumentRecord, SectionHit, SectionRecord, WriteOp};
+pub use writer::{CollectionWriterPool, WriterSettings};
+
+use fault::{check_index_meta, diagnose_index};
+use folders::{
+    classify, read_settings, remove_leftover, sync_dir, write_settings, Found, COLLECTIONS_DIR,
+    CREATING_PREFIX, DELETING_PREFIX, INDEX_DIR, SETTINGS_FILE,
+};
 
 use crate::error::{LatheError, Result};
 
-const COLLECTIONS_DIR: &str = "collections";
-const SETTINGS_FILE: &str = "collection.json";
-const INDEX_DIR: &str = "index";
-/// tantivy's index metadata; an index without it is not an index.
-const META_FILE: &str = "meta.json";
-const CREATING_PREFIX: &str = ".creating-";
-const DELETING_PREFIX: &str = ".deleting-";
-/// The longest cause a fault keeps: tantivy quotes a whole garbled meta.json in its message.
-const MAX_CAUSE_CHARS: usize = 400;
 /// Collections opened at once at start.
 const OPEN_THREADS: usize = 8;
 
@@ -83,101 +101,6 @@ pub struct OpenCollection<T> {
     pub extra: T,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultKind {
-    /// Its own files are missing, truncated or garbled.
-    Damaged,
-    /// Something it needs outside its folder (its tokenizer file) is missing or unreadable; its
-    /// own data is intact.
-    Offline,
-}
-
-/// Why a collection cannot serve: which file, and what is wrong with it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Fault {
-    pub kind: FaultKind,
-    pub path: PathBuf,
-    pub cause: String,
-}
-
-impl Fault {
-    pub fn damaged(path: impl Into<PathBuf>, cause: impl fmt::Display) -> Self {
-        Self::new(FaultKind::Damaged, path, cause)
-    }
-
-    pub fn offline(path: impl Into<PathBuf>, cause: impl fmt::Display) -> Self {
-        Self::new(FaultKind::Offline, path, cause)
-    }
-
-    fn new(kind: FaultKind, path: impl Into<PathBuf>, cause: impl fmt::Display) -> Self {
-        Self {
-            kind,
-            path: path.into(),
-            cause: bounded(&cause.to_string()),
-        }
-    }
-
-    /// What a call to the collection `name` answers.
-    pub fn error(&self, name: &str) -> LatheError {
-        let (name, path, cause) = (name.to_string(), self.path.clone(), self.cause.clone());
-        match self.kind {
-            FaultKind::Damaged => LatheError::CollectionDamaged {
-                name,
-                documents: Vec::new(),
-                path,
-                cause,
-            },
-            FaultKind::Offline => LatheError::CollectionOffline { name, path, cause },
-        }
-    }
-}
-
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path.display(), self.cause)
-    }
-}
-
-/// A collection that cannot serve; its folder is kept as it was found.
-pub struct FaultedCollection {
-    pub name: String,
-    pub fault: Fault,
-    /// Its settings, when `collection.json` could be read.
-    pub settings: Option<StoredSettings>,
-}
-
-/// What the catalog holds for one collection name.
-pub enum CollectionEntry<T> {
-    Ready(Arc<OpenCollection<T>>),
-    Faulted(Arc<FaultedCollection>),
-}
-
-impl<T> Clone for CollectionEntry<T> {
-    fn clone(&self) -> Self {
-        match self {
-            Self::Ready(open) => Self::Ready(Arc::clone(open)),
-            Self::Faulted(faulted) => Self::Faulted(Arc::clone(faulted)),
-        }
-    }
-}
-
-impl<T> CollectionEntry<T> {
-    pub fn name(&self) -> &str {
-        match self {
-            Self::Ready(open) => &open.name,
-            Self::Faulted(faulted) => &faulted.name,
-        }
-    }
-
-    /// The open collection, if any.
-    fn open_collection(&self) -> Option<&Arc<OpenCollection<T>>> {
-        match self {
-            Self::Ready(open) => Some(open),
-            Self::Faulted(_) => None,
-        }
-    }
-}
-
 /// The collections under `data_dir/collections/`, each in a folder named after it.
 pub struct Catalog<T> {
     root: PathBuf,
@@ -193,17 +116,6 @@ pub struct Catalog<T> {
     lock: Mutex<Option<DataDirLock>>,
     /// Applies every collection's writes (declared last: dropped after the collections).
     writer_pool: CollectionWriterPool,
-}
-
-/// What `open` finds in the collections folder.
-#[derive(Debug, PartialEq, Eq)]
-enum Found {
-    Collection(String),
-    /// A staging folder of this catalog left behind by a crash: an unfinished create (never
-    /// acknowledged) or an unfinished delete (already renamed away, so already gone).
-    Leftover,
-    /// Not made by the catalog: kept as it is.
-    Unknown(&'static str),
 }
 
 /// What opening one collection needs, shared by the threads that open them at start.
@@ -560,147 +472,10 @@ impl Opener<'_> {
     }
 }
 
-/// Sorts one entry of the collections folder (see [`Found`]).
-fn classify(item: &std::fs::DirEntry) -> Found {
-    let file_name = item.file_name();
-    let Some(name) = file_name.to_str() else {
-        return Found::Unknown("the name is not UTF-8");
-    };
-    let path = item.path();
-    // A collection folder may be a symlink to another disk; staging folders never are.
-    let real_folder = item.file_type().is_ok_and(|t| t.is_dir());
-    if is_valid_collection_name(name) {
-        return if path.is_dir() {
-            Found::Collection(name.to_string())
-        } else {
-            Found::Unknown("a file where a collection folder would be")
-        };
-    }
-    if let Some(of) = name.strip_prefix(DELETING_PREFIX) {
-        if is_valid_collection_name(of) && real_folder {
-            return Found::Leftover;
-        }
-    }
-    if let Some(of) = name.strip_prefix(CREATING_PREFIX) {
-        if is_valid_collection_name(of) && real_folder {
-            return if holds_only_what_create_writes(&path) {
-                Found::Leftover
-            } else {
-                Found::Unknown("a staging folder holding files a create never writes")
-            };
-        }
-    }
-    Found::Unknown("neither a collection name nor a staging folder of this server")
-}
-
-/// A create writes `collection.json` and `index/` into its staging folder, nothing else.
-fn holds_only_what_create_writes(staging: &Path) -> bool {
-    let Ok(listing) = std::fs::read_dir(staging) else {
-        return false;
-    };
-    listing.into_iter().all(|item| {
-        item.is_ok_and(|item| {
-            let name = item.file_name();
-            name == SETTINGS_FILE || name == INDEX_DIR
-        })
-    })
-}
-
-fn remove_leftover(path: &Path) {
-    match std::fs::remove_dir_all(path) {
-        Ok(()) => {
-            tracing::info!(path = %path.display(), "removed the leftover of an unfinished create or delete")
-        }
-        Err(error) => {
-            tracing::warn!(path = %path.display(), %error, "removing the leftover of an unfinished create or delete failed; it is kept")
-        }
-    }
-}
-
-fn read_settings(folder: &Path) -> Result<StoredSettings, Fault> {
-    let path = folder.join(SETTINGS_FILE);
-    let bytes = std::fs::read(&path).map_err(|error| Fault::damaged(&path, error))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|error| Fault::damaged(&path, format!("not valid settings: {error}")))
-}
-
-/// The index metadata must be there and be JSON before tantivy is asked to open the index.
-fn check_index_meta(index_dir: &Path) -> Result<(), Fault> {
-    let path = index_dir.join(META_FILE);
-    let bytes = std::fs::read(&path).map_err(|error| Fault::damaged(&path, error))?;
-    if bytes.is_empty() {
-        return Err(Fault::damaged(&path, "the file is empty"));
-    }
-    serde_json::from_slice::<serde_json::Value>(&bytes)
-        .map(|_| ())
-        .map_err(|error| Fault::damaged(&path, format!("not valid JSON: {error}")))
-}
-
-/// Names the file that made opening the index fail. tantivy's errors do not always name it: the
-/// files of the live segments are checked against the checksums in their footers.
-fn diagnose_index(index_dir: &Path, error: &LatheError) -> Fault {
-    let opening = format!("opening the index failed: {error}");
-    let Ok(index) = tantivy::Index::open_in_dir(index_dir) else {
-        return Fault::damaged(index_dir, opening);
-    };
-    let segment_ids: Vec<String> = index
-        .searchable_segment_ids()
-        .map(|ids| ids.iter().map(|id| id.uuid_string()).collect())
-        .unwrap_or_default();
-    let Ok(listing) = std::fs::read_dir(index_dir) else {
-        return Fault::damaged(index_dir, opening);
-    };
-    let mut segment_files: Vec<PathBuf> = listing
-        .filter_map(|item| item.ok().map(|item| PathBuf::from(item.file_name())))
-        .filter(|file| {
-            let name = file.to_string_lossy();
-            segment_ids.iter().any(|id| name.starts_with(id.as_str()))
-        })
-        .collect();
-    segment_files.sort();
-    for file in segment_files {
-        let cause = match index.directory().validate_checksum(&file) {
-            Ok(true) => continue,
-            Ok(false) => {
-                "its contents do not match the checksum in its footer (truncated or altered)"
-                    .to_string()
-            }
-            Err(tantivy::directory::error::OpenReadError::IoError { io_error, .. }) => {
-                format!("its footer cannot be read (truncated or altered): {io_error}")
-            }
-            Err(read_error) => format!("unreadable: {read_error}"),
-        };
-        return Fault::damaged(index_dir.join(file), cause);
-    }
-    Fault::damaged(index_dir, opening)
-}
-
-fn bounded(text: &str) -> String {
-    if text.chars().count() <= MAX_CAUSE_CHARS {
-        return text.to_string();
-    }
-    let mut kept: String = text.chars().take(MAX_CAUSE_CHARS).collect();
-    kept.push('…');
-    kept
-}
-
-fn write_settings(folder: &Path, settings: &StoredSettings) -> std::io::Result<()> {
-    use std::io::Write;
-    let path = folder.join(SETTINGS_FILE);
-    let json = serde_json::to_vec_pretty(settings)?;
-    let mut file = std::fs::File::create(&path)?;
-    file.write_all(&json)?;
-    file.sync_all()
-}
-
-fn sync_dir(path: &Path) -> Result<()> {
-    std::fs::File::open(path)
-        .and_then(|dir| dir.sync_all())
-        .map_err(|e| LatheError::io(format!("syncing {}", path.display()), e))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::fault::MAX_CAUSE_CHARS;
+    use super::folders::META_FILE;
     use super::*;
 
     fn settings() -> StoredSettings {
@@ -899,14 +674,5 @@ mod tests {
         catalog.shutdown();
         // The catalog is still alive, but the next server may start.
         DataDirLock::acquire(dir.path()).unwrap();
-    }
-
-    #[test]
-    fn long_causes_are_cut() {
-        assert_eq!(bounded("short"), "short");
-        let long = "é".repeat(MAX_CAUSE_CHARS + 10);
-        let cut = bounded(&long);
-        assert_eq!(cut.chars().count(), MAX_CAUSE_CHARS + 1);
-        assert!(cut.ends_with('…'));
     }
 }

@@ -14,8 +14,7 @@ use tantivy::directory::error::{
     DeleteError, LockError, OpenDirectoryError, OpenReadError, OpenWriteError,
 };
 use tantivy::directory::{
-    Directory, DirectoryLock, FileHandle, FileSlice, Lock, MmapDirectory, WatchCallback,
-    WatchHandle, WritePtr, META_LOCK,
+    Directory, DirectoryLock, FileHandle, FileSlice, Lock, MmapDirectory, META_LOCK,
 };
 use tantivy::TantivyError;
 
@@ -51,6 +50,50 @@ pub fn io_write_error(collection: &str, path: &Path, error: &io::Error) -> Lathe
     }
 }
 
+/// The `Directory` methods that a directory wrapping another (its `inner`) hands on unchanged:
+/// [`IndexDirectory`] changes only how the meta lock is taken, `VerifiedDirectory` only how
+/// files are opened and deleted.
+macro_rules! forward_unchanged_directory_methods {
+    () => {
+        fn exists(
+            &self,
+            path: &std::path::Path,
+        ) -> Result<bool, tantivy::directory::error::OpenReadError> {
+            self.inner.exists(path)
+        }
+
+        fn open_write(
+            &self,
+            path: &std::path::Path,
+        ) -> Result<tantivy::directory::WritePtr, tantivy::directory::error::OpenWriteError> {
+            self.inner.open_write(path)
+        }
+
+        fn atomic_read(
+            &self,
+            path: &std::path::Path,
+        ) -> Result<Vec<u8>, tantivy::directory::error::OpenReadError> {
+            self.inner.atomic_read(path)
+        }
+
+        fn atomic_write(&self, path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+            self.inner.atomic_write(path, data)
+        }
+
+        fn sync_directory(&self) -> std::io::Result<()> {
+            self.inner.sync_directory()
+        }
+
+        fn watch(
+            &self,
+            watch_callback: tantivy::directory::WatchCallback,
+        ) -> tantivy::Result<tantivy::directory::WatchHandle> {
+            self.inner.watch(watch_callback)
+        }
+    };
+}
+pub(super) use forward_unchanged_directory_methods;
+
 /// A collection's index folder as tantivy sees it: an `MmapDirectory` whose meta lock is skipped
 /// on a read-only filesystem. Tantivy's reader takes that lock (by creating `.tantivy-meta.lock`)
 /// only so that a writer's garbage collection cannot delete segment files while it opens them;
@@ -82,25 +125,7 @@ impl Directory for IndexDirectory {
         self.inner.delete(path)
     }
 
-    fn exists(&self, path: &Path) -> Result<bool, OpenReadError> {
-        self.inner.exists(path)
-    }
-
-    fn open_write(&self, path: &Path) -> Result<WritePtr, OpenWriteError> {
-        self.inner.open_write(path)
-    }
-
-    fn atomic_read(&self, path: &Path) -> Result<Vec<u8>, OpenReadError> {
-        self.inner.atomic_read(path)
-    }
-
-    fn atomic_write(&self, path: &Path, data: &[u8]) -> io::Result<()> {
-        self.inner.atomic_write(path, data)
-    }
-
-    fn sync_directory(&self) -> io::Result<()> {
-        self.inner.sync_directory()
-    }
+    forward_unchanged_directory_methods!();
 
     fn acquire_lock(&self, lock: &Lock) -> Result<DirectoryLock, LockError> {
         match self.inner.acquire_lock(lock) {
@@ -112,10 +137,6 @@ impl Directory for IndexDirectory {
             }
             result => result,
         }
-    }
-
-    fn watch(&self, watch_callback: WatchCallback) -> tantivy::Result<WatchHandle> {
-        self.inner.watch(watch_callback)
     }
 }
 

@@ -457,7 +457,10 @@ mod tests {
                         let _ = self.log.send(format!("{} holding", self.name));
                         let _ = go.recv();
                     }
-                    Command::Finish => finished = true,
+                    Command::Finish => {
+                        let _ = self.log.send(format!("{} finishing", self.name));
+                        finished = true;
+                    }
                     Command::Panic => {
                         let _ = self.log.send(format!("{} panicking", self.name));
                         panic!("job panics on purpose")
@@ -590,17 +593,9 @@ mod tests {
         a.submit(Command::Open).ok().unwrap();
         assert_eq!(next(&log), "a opened");
         a.submit(Command::Finish).ok().unwrap();
-        // `a opened` is logged inside a's run: the Finish may land before or after the pool
-        // released that run. Submitted before a has finished, b's Open would be run first and
-        // take a's permit by closing a's writer. The permit comes back only when a is forgotten.
-        let waiting = Instant::now();
-        while pool.open_writers() != 0 {
-            assert!(
-                waiting.elapsed() < Duration::from_secs(30),
-                "a never finished"
-            );
-            std::thread::yield_now();
-        }
+        // Only once a's run holds the Finish: submitted while a's first run was still ending,
+        // it would run after b's Open, which would then close a (idle, holding the permit).
+        assert_eq!(next(&log), "a finishing");
         b.submit(Command::Open).ok().unwrap();
         assert_eq!(next(&log), "b opened");
         assert!(a.submit(Command::Note(1)).is_err());

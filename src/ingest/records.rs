@@ -3,7 +3,7 @@
 
 use super::SentencedDocument;
 use crate::content_hash::content_hash;
-use crate::index::collection::section_key;
+use crate::index::section_key;
 use crate::index::{DocumentRecord, SectionRecord};
 use crate::types::DocumentInput;
 

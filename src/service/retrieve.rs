@@ -121,7 +121,7 @@ impl DenseStateWatch {
 
     /// The one read of the index's change counter.
     fn changes(index: &CollectionIndex) -> u64 {
-        index.changes()
+        index.commit_seqlock()
     }
 }
 

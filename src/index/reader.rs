@@ -1,0 +1,488 @@
+//! Reading a collection: the [`Snapshot`] a query holds for all its stages, BM25 and dense
+//! search over it, section loads and statistics. Every section is read from tantivy's doc store
+//! as bytes and decoded by `section_document` (bounded, verified against its checksum and its
+//! position), never by tantivy's document decoder; one that fails is recorded in the collection's
+//! `Integrity` and answers DATA_LOSS naming its document, while the others are served.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
+
+use tantivy::collector::{Count, TopDocs};
+use tantivy::columnar::Column;
+use tantivy::directory::OwnedBytes;
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
+use tantivy::schema::IndexRecordOption;
+use tantivy::store::StoreReader;
+use tantivy::{DocAddress, Searcher, Term};
+
+use super::collection::CollectionIndex;
+use super::records::SectionHit;
+use super::schema::{self, metadata_term};
+use super::section_document::{decode_verified_section, StoredSection};
+use crate::error::{LatheError, Result};
+use crate::types::{CollectionStats, DenseStats, Filter};
+
+/// A consistent view of the index: the searcher and the generation it shows. Queries take one
+/// snapshot and use it for every stage and for their cache key.
+pub struct Snapshot {
+    pub searcher: Searcher,
+    pub generation: u64,
+    /// The doc store of each of the searcher's segments, opened at the first stored read.
+    stores: OnceLock<Vec<SegmentStore>>,
+}
+
+/// What reading one segment's stored sections needs.
+struct SegmentStore {
+    store: std::result::Result<StoreReader, String>,
+    /// The `section_key` fast field: which section each position holds, from a file other than
+    /// the doc store, so that stored bytes can be tied to the position they were read for.
+    section_keys: Option<Column<u64>>,
+}
+
+/// Decompressed doc-store blocks cached per segment (tantivy's default for its own readers; the
+/// searcher's are built without a cache since stored sections are read only through these).
+const STORE_CACHE_BLOCKS: usize = 100;
+
+impl Snapshot {
+    pub fn new(searcher: Searcher, generation: u64) -> Self {
+        Self {
+            searcher,
+            generation,
+            stores: OnceLock::new(),
+        }
+    }
+
+    /// The bytes tantivy's doc store holds for the document at `address`, undecoded, and the
+    /// section key the position holds; on failure, why (for a data-loss message).
+    pub(super) fn stored_bytes(
+        &self,
+        address: DocAddress,
+    ) -> std::result::Result<(OwnedBytes, Option<u64>), String> {
+        let stores = self.stores.get_or_init(|| {
+            self.searcher
+                .segment_readers()
+                .iter()
+                .map(|segment| SegmentStore {
+                    // Store files are verified before they are opened, but one changed in place
+                    // afterwards (it is memory-mapped) can make tantivy's footer and block
+                    // parsing panic (it asserts on what it reads): keep that to this read.
+                    store: catch_panic(|| segment.get_store_reader(STORE_CACHE_BLOCKS)).and_then(
+                        |opened| {
+                            opened.map_err(|error| {
+                                format!("its doc store cannot be opened ({error})")
+                            })
+                        },
+                    ),
+                    section_keys: segment.fast_fields().u64("section_key").ok(),
+                })
+                .collect()
+        });
+        let segment = stores
+            .get(address.segment_ord as usize)
+            .ok_or_else(|| format!("segment {} is not in the snapshot", address.segment_ord))?;
+        let store = segment.store.as_ref().map_err(Clone::clone)?;
+        let bytes = catch_panic(|| store.get_document_bytes(address.doc_id))?
+            .map_err(|error| format!("its stored bytes cannot be read ({error})"))?;
+        let section_key = segment
+            .section_keys
+            .as_ref()
+            .and_then(|column| column.first(address.doc_id));
+        Ok((bytes, section_key))
+    }
+}
+
+impl CollectionIndex {
+    /// Analysed terms of `text`, deduplicated, in first-seen order.
+    pub fn query_terms(&self, text: &str) -> Vec<String> {
+        let mut analyzer = schema::analyzer();
+        let mut stream = analyzer.token_stream(text);
+        let mut seen = HashSet::new();
+        let mut terms = Vec::new();
+        while stream.advance() {
+            let term = &stream.token().text;
+            if seen.insert(term.clone()) {
+                terms.push(term.clone());
+            }
+        }
+        terms
+    }
+
+    /// BM25 over section text and titles for `terms`, restricted by `filter`; best `limit` first.
+    pub fn search(
+        &self,
+        snapshot: &Snapshot,
+        terms: &[String],
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<Vec<SectionHit>> {
+        if terms.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let fields = &self.fields;
+        let mut should: Vec<(Occur, Box<dyn Query>)> = Vec::with_capacity(terms.len() * 2);
+        for term in terms {
+            for field in [fields.text, fields.title_text] {
+                let term = Term::from_field_text(field, term);
+                should.push((
+                    Occur::Should,
+                    Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs)),
+                ));
+            }
+        }
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
+            vec![(Occur::Must, Box::new(BooleanQuery::new(should)))];
+        clauses.extend(self.filter_clauses(filter));
+        let query = BooleanQuery::new(clauses);
+        let top = snapshot
+            .searcher
+            .search(&query, &TopDocs::with_limit(limit).order_by_score())?;
+        top.into_iter()
+            .map(|(score, address)| self.load_hit(snapshot, score, address))
+            .collect()
+    }
+
+    /// Constant-zero clauses that hold `filter` (metadata terms, doc ids) in either leg.
+    fn filter_clauses(&self, filter: &Filter) -> Vec<(Occur, Box<dyn Query>)> {
+        let fields = &self.fields;
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        for (key, value) in &filter.metadata {
+            let term = Term::from_field_text(fields.metadata_terms, &metadata_term(key, value));
+            clauses.push((
+                Occur::Must,
+                constant_zero(TermQuery::new(term, IndexRecordOption::Basic)),
+            ));
+        }
+        if !filter.doc_ids.is_empty() {
+            let ids: Vec<(Occur, Box<dyn Query>)> = filter
+                .doc_ids
+                .iter()
+                .map(|id| {
+                    let term = Term::from_field_text(fields.doc_id, id);
+                    (
+                        Occur::Should,
+                        Box::new(TermQuery::new(term, IndexRecordOption::Basic)) as Box<dyn Query>,
+                    )
+                })
+                .collect();
+            clauses.push((Occur::Must, constant_zero(BooleanQuery::new(ids))));
+        }
+        clauses
+    }
+
+    pub fn has_dense(&self) -> bool {
+        self.dense.is_some()
+    }
+
+    /// The sections nearest to `query` in the dense index that are in `snapshot` and pass
+    /// `filter`, best first, scored by cosine similarity.
+    pub fn search_dense(
+        &self,
+        snapshot: &Snapshot,
+        query: &[f32],
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<Vec<SectionHit>> {
+        let Some(dense) = &self.dense else {
+            return Ok(Vec::new());
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Filters are checked in tantivy; ask for more neighbours when they may drop some.
+        let unfiltered = filter.metadata.is_empty() && filter.doc_ids.is_empty();
+        let wanted = if unfiltered {
+            limit
+        } else {
+            (limit * 8).max(64)
+        };
+        let neighbours = dense
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .search(query, wanted, &|_| true)
+            .map_err(|e| LatheError::internal(format!("dense search: {e}")))?;
+        if neighbours.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<(Occur, Box<dyn Query>)> = neighbours
+            .iter()
+            .map(|(key, _)| {
+                let term = Term::from_field_u64(self.fields.section_key, *key);
+                (
+                    Occur::Should,
+                    Box::new(TermQuery::new(term, IndexRecordOption::Basic)) as Box<dyn Query>,
+                )
+            })
+            .collect();
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
+            vec![(Occur::Must, constant_zero(BooleanQuery::new(keys)))];
+        clauses.extend(self.filter_clauses(filter));
+        let found = snapshot.searcher.search(
+            &BooleanQuery::new(clauses),
+            &TopDocs::with_limit(neighbours.len()).order_by_score(),
+        )?;
+        let similarity: HashMap<u64, f32> = neighbours.into_iter().collect();
+        let mut hits = found
+            .into_iter()
+            .map(|(_, address)| self.load_hit(snapshot, 0.0, address))
+            .collect::<Result<Vec<_>>>()?;
+        for hit in &mut hits {
+            hit.score = similarity.get(&hit.section_key).copied().unwrap_or(0.0);
+        }
+        hits.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then(a.section_key.cmp(&b.section_key))
+        });
+        hits.truncate(limit);
+        Ok(hits)
+    }
+
+    /// The section at `address`, verified (see [`CollectionIndex::read_section`]).
+    fn load_hit(&self, snapshot: &Snapshot, score: f32, address: DocAddress) -> Result<SectionHit> {
+        let stored = self.stored_bytes(snapshot, address)?;
+        self.read_section(snapshot, address, &stored)?.to_hit(score)
+    }
+
+    /// The doc-store bytes of the section at `address` and the key of the section that position
+    /// holds, or DATA_LOSS naming its document.
+    fn stored_bytes(
+        &self,
+        snapshot: &Snapshot,
+        address: DocAddress,
+    ) -> Result<(OwnedBytes, Option<u64>)> {
+        snapshot
+            .stored_bytes(address)
+            .map_err(|why| self.damaged_section(snapshot, address, why))
+    }
+
+    /// Decodes `stored` (read for `address`) and verifies it: the section exactly as it was
+    /// written, and the one at that position, or DATA_LOSS naming its document.
+    fn read_section<'b>(
+        &self,
+        snapshot: &Snapshot,
+        address: DocAddress,
+        stored: &'b (OwnedBytes, Option<u64>),
+    ) -> Result<StoredSection<'b>> {
+        let (bytes, expected_key) = stored;
+        decode_verified_section(bytes, *expected_key, &self.fields)
+            .map_err(|why| self.damaged_section(snapshot, address, why))
+    }
+
+    /// Records a section that failed verification and builds the caller's DATA_LOSS. The document
+    /// is named from the `doc_id` fast field (in another, verified file), not from the damaged
+    /// stored bytes.
+    fn damaged_section(&self, snapshot: &Snapshot, address: DocAddress, why: String) -> LatheError {
+        let segment = snapshot.searcher.segment_reader(address.segment_ord);
+        let store_file = format!("{}.store", segment.segment_id().uuid_string());
+        let document = stored_document_id(&snapshot.searcher, address)
+            .unwrap_or_else(|| format!("at {store_file} position {}", address.doc_id));
+        self.integrity.record(format!(
+            "document `{document}` (in index file `{store_file}`): {why}"
+        ));
+        LatheError::DataLoss {
+            collection: self.integrity.collection().to_string(),
+            documents: vec![document],
+            detail: format!(
+                "{why}; upsert the document again or restore the collection from a backup"
+            ),
+        }
+    }
+
+    /// `ln(1 + (N - n + 0.5) / (n + 0.5))` of each term over section text, as tantivy's BM25 has it.
+    pub fn idf(&self, snapshot: &Snapshot, terms: &[String]) -> Result<Vec<f32>> {
+        let total = snapshot.searcher.num_docs() as f32;
+        terms
+            .iter()
+            .map(|term| {
+                let n = snapshot
+                    .searcher
+                    .doc_freq(&Term::from_field_text(self.fields.text, term))?
+                    as f32;
+                Ok((1.0 + (total - n + 0.5) / (n + 0.5)).ln())
+            })
+            .collect()
+    }
+
+    pub fn stats(&self) -> Result<CollectionStats> {
+        let snapshot = self.snapshot();
+        let searcher = &snapshot.searcher;
+        let head = TermQuery::new(
+            Term::from_field_u64(self.fields.head, 1),
+            IndexRecordOption::Basic,
+        );
+        let documents = searcher.search(&head, &Count)? as u64;
+        let mut bytes = 0u64;
+        for segment in searcher.segment_readers() {
+            let column = segment.fast_fields().u64("doc_bytes")?;
+            for doc in segment.doc_ids_alive() {
+                bytes += column.first(doc).unwrap_or(0);
+            }
+        }
+        let dense = match &self.dense {
+            None => None,
+            Some(dense) => {
+                let dense = dense.read().unwrap_or_else(|p| p.into_inner());
+                let mut sections_with_vector = 0u64;
+                for segment in searcher.segment_readers() {
+                    let keys = segment.fast_fields().u64("section_key")?;
+                    for doc in segment.doc_ids_alive() {
+                        if keys.first(doc).is_some_and(|key| dense.contains(key)) {
+                            sections_with_vector += 1;
+                        }
+                    }
+                }
+                Some(DenseStats {
+                    vectors: dense.len() as u64,
+                    sections_with_vector,
+                })
+            }
+        };
+        Ok(CollectionStats {
+            documents,
+            sections: searcher.num_docs(),
+            bytes,
+            generation: snapshot.generation,
+            dense,
+        })
+    }
+
+    /// Every live section of `doc_id` as (ordinal, version), for consistency checks.
+    pub fn document_sections(&self, doc_id: &str) -> Result<Vec<(u64, u64)>> {
+        let snapshot = self.snapshot();
+        let query = TermQuery::new(
+            Term::from_field_text(self.fields.doc_id, doc_id),
+            IndexRecordOption::Basic,
+        );
+        let hits = snapshot
+            .searcher
+            .search(&query, &TopDocs::with_limit(1_000_000).order_by_score())?;
+        let mut sections = Vec::with_capacity(hits.len());
+        for (_, address) in hits {
+            let stored = self.stored_bytes(&snapshot, address)?;
+            let section = self.read_section(&snapshot, address, &stored)?;
+            sections.push((section.ordinal, section.version));
+        }
+        sections.sort_unstable();
+        Ok(sections)
+    }
+}
+
+/// Runs `read` (tantivy decoding doc-store bytes), turning a panic into an error message.
+fn catch_panic<T>(read: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read))
+        .map_err(|_| "its doc-store block is damaged (decoding it panicked)".to_string())
+}
+
+/// The document id of the section at `address`, from the `doc_id` fast field: readable when the
+/// section's stored bytes are not.
+pub(super) fn stored_document_id(searcher: &Searcher, address: DocAddress) -> Option<String> {
+    let segment = searcher.segment_reader(address.segment_ord);
+    let column = segment.fast_fields().str("doc_id").ok()??;
+    let ordinal = column.term_ords(address.doc_id).next()?;
+    let mut document = String::new();
+    column
+        .ord_to_str(ordinal, &mut document)
+        .ok()?
+        .then_some(document)
+}
+
+fn constant_zero(query: impl Query) -> Box<dyn Query> {
+    Box::new(ConstScoreQuery::new(Box::new(query), 0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::testing::{document, open, record, write_and_wait, written_collection};
+    use super::super::WriteOp;
+    use super::*;
+
+    #[test]
+    fn sections_read_back_exactly_and_verified() {
+        let data_dir = tempfile::tempdir().unwrap();
+        let index = open(&written_collection(data_dir.path())).unwrap();
+        let snapshot = index.snapshot();
+        let hits = index
+            .search(
+                &snapshot,
+                &index.query_terms("hazards"),
+                &Filter::default(),
+                8,
+            )
+            .unwrap();
+        assert_eq!(hits.len(), 1);
+        let hit = &hits[0];
+        assert_eq!(
+            (
+                hit.doc_id.as_str(),
+                hit.text.as_str(),
+                hit.heading_path.clone()
+            ),
+            (
+                "a",
+                "hazards in their line of sight",
+                vec!["Intro".to_string()]
+            )
+        );
+        assert_eq!(hit.metadata.get("lang").map(String::as_str), Some("en"));
+        assert_eq!(hit.sentences, vec![0..7, 8..30]);
+        assert_eq!(index.document_sections("b").unwrap(), vec![(0, 1)]);
+        assert_eq!(index.damage(), None);
+    }
+
+    #[test]
+    fn filters_restrict_the_search_and_stats_count_what_is_live() {
+        let data_dir = tempfile::tempdir().unwrap();
+        let index = open(&data_dir.path().join("index")).unwrap();
+        let mut french = record("b", "boats in the harbour and hazards");
+        french.metadata = BTreeMap::from([("lang".to_string(), "fr".to_string())]);
+        let documents = [
+            record("a", "hazards in their line of sight"),
+            french,
+            document("c", 1, &["hazards at sea", "calm water"]),
+        ];
+        let bytes: u64 = documents.iter().map(|document| document.text_bytes).sum();
+        write_and_wait(&index, documents.map(WriteOp::Upsert).into());
+        let snapshot = index.snapshot();
+        let terms = index.query_terms("Hazards, hazards and HARBOURS");
+        assert_eq!(terms, ["hazard", "and", "harbour"]);
+        let found = |filter: Filter| -> Vec<String> {
+            let hits = index.search(&snapshot, &terms[..1], &filter, 8).unwrap();
+            let mut ids: Vec<String> = hits.into_iter().map(|hit| hit.doc_id).collect();
+            ids.sort();
+            ids
+        };
+        assert_eq!(found(Filter::default()), ["a", "b", "c"]);
+        let lang = |value: &str| vec![("lang".to_string(), value.to_string())];
+        let metadata_fr = Filter {
+            metadata: lang("fr"),
+            doc_ids: Vec::new(),
+        };
+        assert_eq!(found(metadata_fr), ["b"]);
+        let ids_a_c = Filter {
+            metadata: Vec::new(),
+            doc_ids: vec!["a".to_string(), "c".to_string()],
+        };
+        assert_eq!(found(ids_a_c), ["a", "c"]);
+        // Both must hold: `b` is French.
+        let en_and_b = Filter {
+            metadata: lang("en"),
+            doc_ids: vec!["b".to_string()],
+        };
+        assert!(found(en_and_b).is_empty());
+
+        let stats = index.stats().unwrap();
+        assert_eq!(
+            (stats.documents, stats.sections, stats.bytes),
+            (3, 4, bytes)
+        );
+        assert_eq!(stats.generation, snapshot.generation);
+        assert!(stats.dense.is_none());
+        // BM25's idf over the 4 sections: `hazard` is in 3, `harbour` in 1.
+        let idf = index.idf(&snapshot, &terms).unwrap();
+        let expected = |n: f32| (1.0 + (4.0 - n + 0.5) / (n + 0.5)).ln();
+        assert!((idf[0] - expected(3.0)).abs() < 1e-6, "{idf:?}");
+        assert!((idf[2] - expected(1.0)).abs() < 1e-6, "{idf:?}");
+    }
+}
