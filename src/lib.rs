@@ -19,6 +19,7 @@ pub mod api;
 pub mod cache;
 pub mod chunk;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod cpu_pool;
 pub mod dense;

@@ -210,7 +210,7 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         anyhow::bail!("no .md, .markdown, .html, .htm, .txt or .jsonl documents found");
     }
 
-    let mut client = super::connect(&args.addr).await?;
+    let mut client = crate::client::connect(&args.addr).await?;
     let create = proto::CreateCollectionRequest {
         name: args.collection.clone(),
         settings: Some(proto::CollectionSettings {

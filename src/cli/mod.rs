@@ -167,22 +167,3 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + S
         let _ = tokio::signal::ctrl_c().await;
     })
 }
-
-/// Connects a gRPC client with messages as large as the server's default limit.
-pub async fn connect(
-    address: &str,
-) -> anyhow::Result<crate::api::proto::lathe_client::LatheClient<tonic::transport::Channel>> {
-    let endpoint = if address.starts_with("http://") || address.starts_with("https://") {
-        address.to_string()
-    } else {
-        format!("http://{address}")
-    };
-    let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
-        .with_context(|| format!("invalid address {endpoint}"))?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {endpoint}"))?;
-    Ok(crate::api::proto::lathe_client::LatheClient::new(channel)
-        .max_decoding_message_size(64 << 20)
-        .max_encoding_message_size(64 << 20))
-}
