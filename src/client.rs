@@ -61,6 +61,31 @@ pub fn strategy_from_name(name: &str) -> anyhow::Result<proto::ChunkStrategy> {
         })
 }
 
+/// Streams `documents` to `collection` in messages of `batch` documents (at least one) with
+/// `wait`, so the answer comes once all of them are searchable: one call, whatever the corpus size
+/// (a unary upsert of a whole corpus would outlast its deadline).
+pub async fn upload_in_batches(
+    client: &mut LatheClient<Channel>,
+    collection: &str,
+    documents: Vec<proto::Document>,
+    batch: usize,
+) -> Result<proto::WriteResponse, tonic::Status> {
+    let batch = batch.max(1);
+    let mut messages = Vec::with_capacity(documents.len().div_ceil(batch));
+    let mut documents = documents.into_iter().peekable();
+    while documents.peek().is_some() {
+        messages.push(proto::UpsertDocumentsRequest {
+            collection: collection.to_string(),
+            documents: documents.by_ref().take(batch).collect(),
+            wait: true,
+        });
+    }
+    let response = client
+        .upload_documents(tokio_stream::iter(messages))
+        .await?;
+    Ok(response.into_inner())
+}
+
 /// A collection name no other run of this tool picks: `<prefix>-<pid>-<unix seconds>`.
 pub fn unique_collection_name(prefix: &str) -> String {
     format!(

@@ -36,7 +36,7 @@ use tonic::transport::Channel;
 
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
-use lathe::client::{connect, unique_collection_name, TargetServer};
+use lathe::client::{connect, unique_collection_name, upload_in_batches, TargetServer};
 use lathe::eval::{percentile, Dataset};
 use lathe::types::normalise_query;
 
@@ -572,20 +572,9 @@ async fn ingest_dataset(
         })
         .await
         .map_err(|s| anyhow::anyhow!("creating the collection: {}", s.message()))?;
-    let messages: Vec<proto::UpsertDocumentsRequest> = dataset
-        .proto_documents(false)
-        .into_iter()
-        .map(|document| proto::UpsertDocumentsRequest {
-            collection: collection.to_string(),
-            documents: vec![document],
-            wait: true,
-        })
-        .collect();
-    Ok(client
-        .upload_documents(tokio_stream::iter(messages))
+    upload_in_batches(client, collection, dataset.proto_documents(false), 1)
         .await
-        .map_err(|s| anyhow::anyhow!("ingesting: {}", s.message()))?
-        .into_inner())
+        .map_err(|s| anyhow::anyhow!("ingesting: {}", s.message()))
 }
 
 /// The runs of the table: each client count, each mode, the read-only baseline first when one is

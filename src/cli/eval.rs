@@ -19,7 +19,9 @@ use tonic::transport::Channel;
 
 use crate::api::proto;
 use crate::api::proto::lathe_client::LatheClient;
-use crate::client::{connect, strategy_from_name, unique_collection_name, TargetServer};
+use crate::client::{
+    connect, strategy_from_name, unique_collection_name, upload_in_batches, TargetServer,
+};
 use crate::eval::report::{self, Cell};
 use crate::eval::splitter::RecursiveCharacterSplitter;
 use crate::eval::{score_query, summarize, Dataset, QueryOutcome, ReturnedChunk};
@@ -235,20 +237,11 @@ async fn upload(
     documents: Vec<proto::Document>,
 ) -> anyhow::Result<(u32, u32, f64)> {
     let started = Instant::now();
-    let mut messages = Vec::with_capacity(documents.len().div_ceil(UPLOAD_BATCH));
-    let mut documents = documents.into_iter().peekable();
-    while documents.peek().is_some() {
-        messages.push(proto::UpsertDocumentsRequest {
-            collection: collection.to_string(),
-            documents: documents.by_ref().take(UPLOAD_BATCH).collect(),
-            wait: true,
-        });
-    }
-    let response = client
-        .upload_documents(tokio_stream::iter(messages))
+    let response = upload_in_batches(client, collection, documents, UPLOAD_BATCH)
         .await
-        .map_err(|s| anyhow::anyhow!("uploading to {collection}: {:?}: {}", s.code(), s.message()))?
-        .into_inner();
+        .map_err(|s| {
+            anyhow::anyhow!("uploading to {collection}: {:?}: {}", s.code(), s.message())
+        })?;
     Ok((
         response.documents,
         response.sections,
