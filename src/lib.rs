@@ -21,6 +21,7 @@
 pub mod api;
 pub mod chunk;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod content_hash;
 pub mod cpu_pool;

@@ -4,7 +4,19 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use crate::chunk::{Strategy, Unit};
+// Re-exported: the edge names chunking strategies and units through the domain types, not
+// through the chunker (which defines them).
+pub use crate::chunk::{Strategy, Unit};
+
+/// Separator of a metadata term `key\u{1f}value` (ASCII unit separator: never typed by users);
+/// a metadata key must not hold it, or two different pairs would be one term.
+pub const METADATA_SEPARATOR: char = '\u{1f}';
+
+/// A query's text with whitespace trimmed and collapsed, so that equivalent queries share a
+/// cache entry (and a load generator can tell which questions the server sees as one).
+pub fn normalise_query(query: &str) -> String {
+    query.split_whitespace().collect::<Vec<_>>().join(" ")
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DocumentFormat {

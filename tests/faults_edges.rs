@@ -17,12 +17,6 @@ use lathe::tokens::MAX_BYTES_PER_TOKEN;
 
 const SECTION_TOKENS: u32 = 1024;
 
-fn lexical_config(data_dir: &std::path::Path) -> lathe::config::Config {
-    let mut config = test_config(data_dir);
-    config.models.dense = lathe::config::DenseModel::Off;
-    config
-}
-
 async fn create_with_tokenizer(
     client: &mut proto::lathe_client::LatheClient<tonic::transport::Channel>,
     name: &str,

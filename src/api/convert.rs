@@ -4,14 +4,12 @@
 use std::collections::BTreeMap;
 
 use super::proto;
-use crate::chunk::{Strategy, Unit};
 use crate::error::{LatheError, Result};
-use crate::index::schema::METADATA_SEPARATOR;
 use crate::types::{
-    ChunkingSpec, CollectionInfo, CollectionSettings, CollectionState, CollectionStats, DenseStats,
-    DocumentFormat, DocumentInput, Filter, ResultOrder, RetrieveQuery, RetrieveResult,
-    RetrievedChunk, SectionBoundary, SemanticKind, SemanticRule, WriteOutcome,
-    DEFAULT_SECTION_TOKENS,
+    normalise_query, ChunkingSpec, CollectionInfo, CollectionSettings, CollectionState,
+    CollectionStats, DenseStats, DocumentFormat, DocumentInput, Filter, ResultOrder, RetrieveQuery,
+    RetrieveResult, RetrievedChunk, SectionBoundary, SemanticKind, SemanticRule, Strategy, Unit,
+    WriteOutcome, DEFAULT_SECTION_TOKENS, METADATA_SEPARATOR,
 };
 
 pub fn strategy_from_proto(value: i32, field: &str) -> Result<Option<Strategy>> {
@@ -336,11 +334,6 @@ impl From<WriteOutcome> for proto::WriteResponse {
             generation,
         }
     }
-}
-
-/// Whitespace trimmed and collapsed, so that equivalent queries share a cache entry.
-pub fn normalise_query(query: &str) -> String {
-    query.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 pub fn retrieve_query_from_proto(

@@ -205,6 +205,31 @@ impl GrpcAdapter {
             finished: false,
         })
     }
+
+    /// One unary call: admit it (API key, concurrency limit), run `handler` on its message under
+    /// the call's deadline, map its error to a status in the one place that does, and record the
+    /// outcome. `handler` only builds a future; the conversion and the work run under the
+    /// deadline.
+    async fn unary<Message, Reply, Handler, Work>(
+        &self,
+        rpc: &'static str,
+        access: Access,
+        request: Request<Message>,
+        handler: Handler,
+    ) -> Result<Response<Reply>, Status>
+    where
+        Handler: FnOnce(Message) -> Work,
+        Work: std::future::Future<Output = crate::error::Result<Reply>>,
+    {
+        let call = self.admit(rpc, access, request.metadata())?;
+        let limit = deadline(request.metadata(), self.request_timeout);
+        let work = handler(request.into_inner());
+        let result = within(limit, rpc, async move {
+            work.await.map(Response::new).map_err(Status::from)
+        })
+        .await;
+        call.finish(result)
+    }
 }
 
 #[tonic::async_trait]
@@ -213,108 +238,112 @@ impl Lathe for GrpcAdapter {
         &self,
         request: Request<proto::CreateCollectionRequest>,
     ) -> Result<Response<proto::CollectionInfo>, Status> {
-        let call = self.admit("CreateCollection", Access::Write, request.metadata())?;
-        let limit = deadline(request.metadata(), self.request_timeout);
-        let result = within(limit, "CreateCollection", async move {
-            let proto::CreateCollectionRequest { name, settings } = request.into_inner();
-            let settings = convert::settings_from_proto(settings)?;
-            let info = self.service.create_collection(name, settings).await?;
-            Ok(Response::new(info.into()))
-        })
-        .await;
-        call.finish(result)
+        self.unary(
+            "CreateCollection",
+            Access::Write,
+            request,
+            |proto::CreateCollectionRequest { name, settings }| async move {
+                let settings = convert::settings_from_proto(settings)?;
+                Ok(self.service.create_collection(name, settings).await?.into())
+            },
+        )
+        .await
     }
 
     async fn list_collections(
         &self,
-        _request: Request<proto::ListCollectionsRequest>,
+        request: Request<proto::ListCollectionsRequest>,
     ) -> Result<Response<proto::ListCollectionsResponse>, Status> {
-        let call = self.admit("ListCollections", Access::Read, _request.metadata())?;
-        let limit = deadline(_request.metadata(), self.request_timeout);
-        let result = within(limit, "ListCollections", async move {
-            let collections = self.service.list_collections().await?;
-            Ok(Response::new(proto::ListCollectionsResponse {
-                collections: collections.into_iter().map(Into::into).collect(),
-            }))
-        })
-        .await;
-        call.finish(result)
+        self.unary(
+            "ListCollections",
+            Access::Read,
+            request,
+            |proto::ListCollectionsRequest {}| async move {
+                let collections = self.service.list_collections().await?;
+                Ok(proto::ListCollectionsResponse {
+                    collections: collections.into_iter().map(Into::into).collect(),
+                })
+            },
+        )
+        .await
     }
 
     async fn get_collection(
         &self,
         request: Request<proto::GetCollectionRequest>,
     ) -> Result<Response<proto::CollectionInfo>, Status> {
-        let call = self.admit("GetCollection", Access::Read, request.metadata())?;
-        let limit = deadline(request.metadata(), self.request_timeout);
-        let result = within(limit, "GetCollection", async move {
-            let proto::GetCollectionRequest { name } = request.into_inner();
-            Ok(Response::new(
-                self.service.get_collection(&name).await?.into(),
-            ))
-        })
-        .await;
-        call.finish(result)
+        self.unary(
+            "GetCollection",
+            Access::Read,
+            request,
+            |proto::GetCollectionRequest { name }| async move {
+                Ok(self.service.get_collection(&name).await?.into())
+            },
+        )
+        .await
     }
 
     async fn delete_collection(
         &self,
         request: Request<proto::DeleteCollectionRequest>,
     ) -> Result<Response<proto::DeleteCollectionResponse>, Status> {
-        let call = self.admit("DeleteCollection", Access::Write, request.metadata())?;
-        let limit = deadline(request.metadata(), self.request_timeout);
-        let result = within(limit, "DeleteCollection", async move {
-            let proto::DeleteCollectionRequest { name } = request.into_inner();
-            self.service.delete_collection(&name).await?;
-            Ok(Response::new(proto::DeleteCollectionResponse {}))
-        })
-        .await;
-        call.finish(result)
+        self.unary(
+            "DeleteCollection",
+            Access::Write,
+            request,
+            |proto::DeleteCollectionRequest { name }| async move {
+                self.service.delete_collection(&name).await?;
+                Ok(proto::DeleteCollectionResponse {})
+            },
+        )
+        .await
     }
 
     async fn upsert_documents(
         &self,
         request: Request<proto::UpsertDocumentsRequest>,
     ) -> Result<Response<proto::WriteResponse>, Status> {
-        let call = self.admit("UpsertDocuments", Access::Write, request.metadata())?;
-        let limit = deadline(request.metadata(), self.request_timeout);
-        let result = within(limit, "UpsertDocuments", async move {
-            let proto::UpsertDocumentsRequest {
-                collection,
-                documents,
-                wait,
-            } = request.into_inner();
-            let documents = convert::documents_from_proto(documents)?;
-            let outcome = self
-                .service
-                .upsert_documents(&collection, documents, wait)
-                .await?;
-            Ok(Response::new(outcome.into()))
-        })
-        .await;
-        call.finish(result)
+        self.unary(
+            "UpsertDocuments",
+            Access::Write,
+            request,
+            |proto::UpsertDocumentsRequest {
+                 collection,
+                 documents,
+                 wait,
+             }| async move {
+                let documents = convert::documents_from_proto(documents)?;
+                let outcome = self
+                    .service
+                    .upsert_documents(&collection, documents, wait)
+                    .await?;
+                Ok(outcome.into())
+            },
+        )
+        .await
     }
 
     async fn delete_documents(
         &self,
         request: Request<proto::DeleteDocumentsRequest>,
     ) -> Result<Response<proto::WriteResponse>, Status> {
-        let call = self.admit("DeleteDocuments", Access::Write, request.metadata())?;
-        let limit = deadline(request.metadata(), self.request_timeout);
-        let result = within(limit, "DeleteDocuments", async move {
-            let proto::DeleteDocumentsRequest {
-                collection,
-                ids,
-                wait,
-            } = request.into_inner();
-            let outcome = self
-                .service
-                .delete_documents(&collection, ids, wait)
-                .await?;
-            Ok(Response::new(outcome.into()))
-        })
-        .await;
-        call.finish(result)
+        self.unary(
+            "DeleteDocuments",
+            Access::Write,
+            request,
+            |proto::DeleteDocumentsRequest {
+                 collection,
+                 ids,
+                 wait,
+             }| async move {
+                let outcome = self
+                    .service
+                    .delete_documents(&collection, ids, wait)
+                    .await?;
+                Ok(outcome.into())
+            },
+        )
+        .await
     }
 
     async fn upload_documents(
@@ -370,16 +399,11 @@ impl Lathe for GrpcAdapter {
         &self,
         request: Request<proto::RetrieveRequest>,
     ) -> Result<Response<proto::RetrieveResponse>, Status> {
-        let call = self.admit("Retrieve", Access::Read, request.metadata())?;
-        let limit = deadline(request.metadata(), self.request_timeout);
-        let result = within(limit, "Retrieve", async move {
-            let query =
-                convert::retrieve_query_from_proto(request.into_inner(), self.default_top_k)?;
-            let result = self.service.retrieve(query).await?;
-            Ok(Response::new(result.into()))
+        self.unary("Retrieve", Access::Read, request, |message| async move {
+            let query = convert::retrieve_query_from_proto(message, self.default_top_k)?;
+            Ok(self.service.retrieve(query).await?.into())
         })
-        .await;
-        call.finish(result)
+        .await
     }
 }
 

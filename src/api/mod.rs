@@ -30,6 +30,9 @@ use crate::telemetry::Metrics;
 use grpc::GrpcAdapter;
 use proto::lathe_server::LatheServer;
 
+/// The Lathe gRPC service as served: the adapter over the engine.
+type LatheService = LatheServer<GrpcAdapter>;
+
 /// Serves Lathe on `listener` until `shutdown` resolves, then drains in-flight requests for up to
 /// `server.drain_timeout_ms`, commits every collection and returns.
 pub async fn serve(
@@ -40,9 +43,7 @@ pub async fn serve(
     // The health service is up before the engine: "" (the process) answers SERVING at once, and
     // lathe.v1.Lathe NOT_SERVING until indexes and models are loaded.
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_not_serving::<LatheServer<GrpcAdapter>>()
-        .await;
+    health_reporter.set_not_serving::<LatheService>().await;
     // Stops the side servers (health, metrics); dropping it on an early return stops them too.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     if !config.server.health_listen.is_empty() {
@@ -55,38 +56,13 @@ pub async fn serve(
     }
 
     let metrics = Arc::new(Metrics::new());
-    let engine = Arc::new(
-        tokio::task::spawn_blocking({
-            let config = config.clone();
-            let metrics = Arc::clone(&metrics);
-            move || Engine::open(config, metrics)
-        })
-        .await
-        .map_err(|e| LatheError::internal(format!("opening the engine: {e}")))??,
-    );
-    let keys = match config.auth.api_keys_file.as_str() {
-        "" => None,
-        path => Some(Arc::new(auth::ApiKeys::load(std::path::Path::new(path))?)),
-    };
+    let engine = open_engine(&config, &metrics).await?;
+    let lathe = lathe_service(&config, &engine, &metrics)?;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| LatheError::internal(format!("building reflection: {e}")))?;
-
-    let limits = &config.limits;
-    let adapter = GrpcAdapter::new(
-        Arc::clone(&engine),
-        config.server.max_concurrent_requests,
-        config.retrieval.default_top_k,
-        keys,
-        Arc::clone(&metrics),
-        Duration::from_millis(config.server.request_timeout_ms),
-    );
-    let lathe = LatheServer::new(adapter)
-        .max_decoding_message_size(limits.max_message_bytes)
-        .max_encoding_message_size(limits.max_message_bytes);
-
     if !config.server.metrics_listen.is_empty() {
         spawn_metrics_server(
             &config.server.metrics_listen,
@@ -97,37 +73,16 @@ pub async fn serve(
         .await?;
     }
 
-    // No server-wide timeout: tonic's would cut long client-streaming uploads and answer
-    // CANCELLED. Unary calls get `server.request_timeout_ms` (or the client's shorter
-    // grpc-timeout) in the adapter, answered with DEADLINE_EXCEEDED; a client's grpc-timeout on
-    // any call is answered with DEADLINE_EXCEEDED by `deadline::ClientDeadlineLayer`.
-    let mut builder = Server::builder();
-    if config.tls.enabled() {
-        builder = builder
-            .tls_config(tls_config(&config.tls)?)
-            .map_err(|e| LatheError::invalid("tls", format!("cannot configure TLS: {e}")))?;
-    }
+    let builder = server_builder(&config)?;
     // Indexes and models are loaded: ready.
-    health_reporter
-        .set_serving::<LatheServer<GrpcAdapter>>()
-        .await;
+    health_reporter.set_serving::<LatheService>().await;
     let address = listener
         .local_addr()
         .map_err(|e| LatheError::io("reading the listen address", e))?;
     tracing::info!(%address, tls = config.tls.enabled(), data_dir = %config.storage.data_dir.display(), "lathe serving");
 
     let drain = Duration::from_millis(config.server.drain_timeout_ms);
-    let (drain_started_tx, drain_started_rx) = tokio::sync::oneshot::channel::<()>();
-    let draining_reporter = health_reporter.clone();
-    let signal = async move {
-        shutdown.await;
-        tracing::info!("shutdown requested, draining in-flight requests");
-        // Probes on the health port (still open while the main port drains) see the drain.
-        draining_reporter
-            .set_not_serving::<LatheServer<GrpcAdapter>>()
-            .await;
-        let _ = drain_started_tx.send(());
-    };
+    let (signal, drain_deadline) = drain_signals(shutdown, health_reporter.clone(), drain);
     let server = builder
         .layer(tower::util::MapResponseLayer::new(
             status::rewrite_oversized_response,
@@ -140,6 +95,87 @@ pub async fn serve(
         // `Server::tcp_nodelay`), and a pause instead of a busy loop when the process is out of
         // file descriptors (see `incoming`).
         .serve_with_incoming_shutdown(incoming::BackoffIncoming::new(listener, "main"), signal);
+    tokio::select! {
+        result = server => result.map_err(|e| LatheError::internal(format!("server error: {e}")))?,
+        () = drain_deadline => tracing::warn!(drain_ms = drain.as_millis() as u64, "drain time over, closing with requests in flight"),
+    }
+    health_reporter.set_not_serving::<LatheService>().await;
+    let _ = stop_tx.send(true);
+    tokio::task::spawn_blocking(move || engine.shutdown())
+        .await
+        .map_err(|e| LatheError::internal(format!("closing collections: {e}")))?;
+    tracing::info!("lathe stopped");
+    Ok(())
+}
+
+/// The server with TLS when configured. No server-wide timeout: tonic's would cut long
+/// client-streaming uploads and answer CANCELLED. Unary calls get `server.request_timeout_ms` (or
+/// the client's shorter grpc-timeout) in the adapter, answered with DEADLINE_EXCEEDED; a client's
+/// grpc-timeout on any call is answered with DEADLINE_EXCEEDED by `deadline::ClientDeadlineLayer`.
+fn server_builder(config: &Config) -> Result<Server> {
+    let builder = Server::builder();
+    if !config.tls.enabled() {
+        return Ok(builder);
+    }
+    builder
+        .tls_config(tls_config(&config.tls)?)
+        .map_err(|e| LatheError::invalid("tls", format!("cannot configure TLS: {e}")))
+}
+
+/// Opens the engine (data-dir lock, models, every collection) off the async threads.
+async fn open_engine(config: &Config, metrics: &Arc<Metrics>) -> Result<Arc<Engine>> {
+    let engine = tokio::task::spawn_blocking({
+        let config = config.clone();
+        let metrics = Arc::clone(metrics);
+        move || Engine::open(config, metrics)
+    })
+    .await
+    .map_err(|e| LatheError::internal(format!("opening the engine: {e}")))??;
+    Ok(Arc::new(engine))
+}
+
+/// The Lathe service over `engine`: API keys, the concurrency limit, deadlines and the message
+/// limits of `config`.
+fn lathe_service(
+    config: &Config,
+    engine: &Arc<Engine>,
+    metrics: &Arc<Metrics>,
+) -> Result<LatheService> {
+    let keys = match config.auth.api_keys_file.as_str() {
+        "" => None,
+        path => Some(Arc::new(auth::ApiKeys::load(std::path::Path::new(path))?)),
+    };
+    let adapter = GrpcAdapter::new(
+        Arc::clone(engine),
+        config.server.max_concurrent_requests,
+        config.retrieval.default_top_k,
+        keys,
+        Arc::clone(metrics),
+        Duration::from_millis(config.server.request_timeout_ms),
+    );
+    let limits = &config.limits;
+    Ok(LatheServer::new(adapter)
+        .max_decoding_message_size(limits.max_message_bytes)
+        .max_encoding_message_size(limits.max_message_bytes))
+}
+
+/// The signal the server drains on (`shutdown`, after which health says NOT_SERVING, so probes
+/// on the still-open health port see the drain) and a future that resolves `drain` after it.
+fn drain_signals(
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    health_reporter: tonic_health::server::HealthReporter,
+    drain: Duration,
+) -> (
+    impl Future<Output = ()> + Send + 'static,
+    impl Future<Output = ()> + Send + 'static,
+) {
+    let (drain_started_tx, drain_started_rx) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutdown requested, draining in-flight requests");
+        health_reporter.set_not_serving::<LatheService>().await;
+        let _ = drain_started_tx.send(());
+    };
     let drain_deadline = async move {
         if drain_started_rx.await.is_ok() {
             tokio::time::sleep(drain).await;
@@ -147,19 +183,7 @@ pub async fn serve(
             std::future::pending::<()>().await;
         }
     };
-    tokio::select! {
-        result = server => result.map_err(|e| LatheError::internal(format!("server error: {e}")))?,
-        () = drain_deadline => tracing::warn!(drain_ms = drain.as_millis() as u64, "drain time over, closing with requests in flight"),
-    }
-    health_reporter
-        .set_not_serving::<LatheServer<GrpcAdapter>>()
-        .await;
-    let _ = stop_tx.send(true);
-    tokio::task::spawn_blocking(move || engine.shutdown())
-        .await
-        .map_err(|e| LatheError::internal(format!("closing collections: {e}")))?;
-    tracing::info!("lathe stopped");
-    Ok(())
+    (signal, drain_deadline)
 }
 
 fn tls_config(tls: &crate::config::TlsConfig) -> Result<ServerTlsConfig> {

@@ -36,8 +36,9 @@ use tonic::transport::Channel;
 
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
-use lathe::eval::server::InProcessServer;
+use lathe::client::{connect, unique_collection_name, upload_in_batches, TargetServer};
 use lathe::eval::{percentile, Dataset};
+use lathe::types::normalise_query;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -169,56 +170,88 @@ fn is_loopback(address: &str) -> bool {
     matches!(host, "127.0.0.1" | "localhost" | "[::1]" | "::1")
 }
 
-async fn connect(address: &str) -> anyhow::Result<LatheClient<Channel>> {
-    lathe::cli::connect(address).await
+/// What every run shares: the server, the collection, the dataset and its questions.
+struct LoadTarget {
+    address: String,
+    collection: Arc<str>,
+    dataset: Arc<Dataset>,
+    /// The dataset's distinct questions.
+    questions: Arc<Vec<String>>,
+    /// The next request of `miss` runs: one sequence across runs, so none repeats a request.
+    miss_counter: Arc<AtomicU64>,
+    args: Arc<Args>,
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_client(
-    mut client: LatheClient<Channel>,
+/// What one run (one row of the table) is.
+#[derive(Clone, Copy)]
+struct RunShape {
+    mode: Mode,
+    clients: usize,
+    /// Whether a writer runs beside the clients.
+    writer: bool,
+    seconds: u64,
+}
+
+/// What one client asks, and until when; cloned for each client of a run.
+#[derive(Clone)]
+struct ClientWork {
     mode: Mode,
     collection: Arc<str>,
     questions: Arc<Vec<String>>,
+    /// The questions `hit` mode repeats (indices into `questions`).
     hot: Arc<Vec<usize>>,
     counter: Arc<AtomicU64>,
+    /// The counter's value when the run started: `max_requests` counts from here.
     first_request: u64,
-    args: Arc<Args>,
+    max_requests: u64,
+    budget: u32,
+    top_k: u32,
     interval: Option<Arc<Interval>>,
     deadline: Instant,
-) -> ClientStats {
-    let mut stats = ClientStats::default();
-    while Instant::now() < deadline {
-        let i = counter.fetch_add(1, Ordering::Relaxed);
-        if i - first_request >= args.max_requests {
-            break;
-        }
-        let (question, budget) = match mode {
+}
+
+impl ClientWork {
+    /// The question and budget of request `i`: in `miss` mode each pass over the questions
+    /// raises the budget by one token, so no (question, budget) pair repeats.
+    fn request(&self, i: u64) -> proto::RetrieveRequest {
+        let (question, budget) = match self.mode {
             Mode::Miss => {
-                let pass = i / questions.len() as u64;
+                let pass = i / self.questions.len() as u64;
                 (
-                    questions[(i % questions.len() as u64) as usize].clone(),
-                    args.budget.saturating_add(pass as u32),
+                    self.questions[(i % self.questions.len() as u64) as usize].clone(),
+                    self.budget.saturating_add(pass as u32),
                 )
             }
             Mode::Hit => (
-                questions[hot[(i % hot.len() as u64) as usize]].clone(),
-                args.budget,
+                self.questions[self.hot[(i % self.hot.len() as u64) as usize]].clone(),
+                self.budget,
             ),
         };
-        let request = proto::RetrieveRequest {
-            collection: collection.to_string(),
+        proto::RetrieveRequest {
+            collection: self.collection.to_string(),
             query: question,
-            top_k: Some(args.top_k),
+            top_k: Some(self.top_k),
             token_budget: budget,
             ..Default::default()
-        };
+        }
+    }
+}
+
+async fn run_client(mut client: LatheClient<Channel>, work: ClientWork) -> ClientStats {
+    let mut stats = ClientStats::default();
+    while Instant::now() < work.deadline {
+        let i = work.counter.fetch_add(1, Ordering::Relaxed);
+        if i - work.first_request >= work.max_requests {
+            break;
+        }
+        let request = work.request(i);
         let sent = Instant::now();
         let result = client.retrieve(request).await;
         let micros = sent.elapsed().as_micros().min(u32::MAX as u128) as u32;
         match result {
             Ok(response) => {
                 stats.latencies_us.push(micros);
-                if let Some(interval) = &interval {
+                if let Some(interval) = &work.interval {
                     interval
                         .latencies_us
                         .lock()
@@ -240,6 +273,37 @@ async fn run_client(
     stats
 }
 
+/// The writer's next request: an upsert of a new revision of one of 16 extra documents, or, one
+/// write in four, the deletion of one of them.
+fn writer_request(
+    collection: &str,
+    dataset: &Dataset,
+    revision: u64,
+) -> Result<proto::UpsertDocumentsRequest, proto::DeleteDocumentsRequest> {
+    if revision % 4 == 3 {
+        // Delete the document the next upsert will not touch for a while.
+        return Err(proto::DeleteDocumentsRequest {
+            collection: collection.to_string(),
+            ids: vec![format!("writer-{}", (revision + 8) % 16)],
+            wait: true,
+        });
+    }
+    let source = &dataset.documents[(revision as usize) % dataset.documents.len()];
+    // A new revision of one of 16 extra documents: real text, so the index really changes.
+    let document = proto::Document {
+        id: format!("writer-{}", revision % 16),
+        title: source.title.clone(),
+        text: format!("{}\n\nRevision {revision}.", source.text),
+        format: proto::DocumentFormat::Plain as i32,
+        ..Default::default()
+    };
+    Ok(proto::UpsertDocumentsRequest {
+        collection: collection.to_string(),
+        documents: vec![document],
+        wait: true,
+    })
+}
+
 async fn run_writer(
     mut client: LatheClient<Channel>,
     collection: Arc<str>,
@@ -250,45 +314,15 @@ async fn run_writer(
     let (mut writes, mut errors) = (0u64, 0u64);
     let mut revision = 0u64;
     while Instant::now() < deadline {
-        if revision % 4 == 3 {
-            // Delete the document the next upsert will not touch for a while.
-            let result = client
-                .delete_documents(proto::DeleteDocumentsRequest {
-                    collection: collection.to_string(),
-                    ids: vec![format!("writer-{}", (revision + 8) % 16)],
-                    wait: true,
-                })
-                .await;
-            revision += 1;
-            match result {
-                Ok(_) => writes += 1,
-                Err(_) => errors += 1,
-            }
-            if let Some(interval) = &interval {
-                interval.writes.fetch_add(1, Ordering::Relaxed);
-            }
-            continue;
-        }
-        let source = &dataset.documents[(revision as usize) % dataset.documents.len()];
-        // A new revision of one of 16 extra documents: real text, so the index really changes.
-        let document = proto::Document {
-            id: format!("writer-{}", revision % 16),
-            title: source.title.clone(),
-            text: format!("{}\n\nRevision {revision}.", source.text),
-            format: proto::DocumentFormat::Plain as i32,
-            ..Default::default()
+        let succeeded = match writer_request(&collection, &dataset, revision) {
+            Ok(upsert) => client.upsert_documents(upsert).await.is_ok(),
+            Err(delete) => client.delete_documents(delete).await.is_ok(),
         };
         revision += 1;
-        let result = client
-            .upsert_documents(proto::UpsertDocumentsRequest {
-                collection: collection.to_string(),
-                documents: vec![document],
-                wait: true,
-            })
-            .await;
-        match result {
-            Ok(_) => writes += 1,
-            Err(_) => errors += 1,
+        if succeeded {
+            writes += 1;
+        } else {
+            errors += 1;
         }
         if let Some(interval) = &interval {
             interval.writes.fetch_add(1, Ordering::Relaxed);
@@ -297,66 +331,61 @@ async fn run_writer(
     (writes, errors)
 }
 
-/// The dataset's questions without repeats (the server normalises whitespace, so do we), so a
+/// The dataset's questions without repeats (normalised as the server normalises them), so a
 /// `miss` run never asks the same thing twice.
 fn distinct_questions(dataset: &Dataset) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
     dataset
         .queries
         .iter()
-        .map(|q| q.question.split_whitespace().collect::<Vec<_>>().join(" "))
+        .map(|q| normalise_query(&q.question))
         .filter(|q| !q.is_empty() && seen.insert(q.clone()))
         .collect()
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run(
-    address: &str,
-    mode: Mode,
-    clients: usize,
-    collection: Arc<str>,
-    dataset: Arc<Dataset>,
-    questions: Arc<Vec<String>>,
-    miss_counter: Arc<AtomicU64>,
-    args: Arc<Args>,
-    writer: bool,
-    seconds: u64,
-) -> anyhow::Result<RunReport> {
-    // Hot set: evenly spread over the questions, deterministic.
-    let hot_len = args.hot_set.clamp(1, questions.len());
-    let hot: Arc<Vec<usize>> = Arc::new(
-        (0..hot_len)
-            .map(|i| i * questions.len() / hot_len)
-            .collect(),
-    );
-    let mut connections = Vec::with_capacity(clients);
-    for _ in 0..clients {
-        connections.push(connect(address).await?);
+/// `hot_set` questions evenly spread over all of them: deterministic.
+fn hot_questions(hot_set: usize, question_count: usize) -> Vec<usize> {
+    let hot_len = hot_set.clamp(1, question_count);
+    (0..hot_len).map(|i| i * question_count / hot_len).collect()
+}
+
+/// Asks every hot question once, so the timed `hit` run measures cache hits.
+async fn warm_result_cache(
+    client: &mut LatheClient<Channel>,
+    target: &LoadTarget,
+    hot: &[usize],
+) -> anyhow::Result<()> {
+    for &q in hot {
+        client
+            .retrieve(proto::RetrieveRequest {
+                collection: target.collection.to_string(),
+                query: target.questions[q].clone(),
+                top_k: Some(target.args.top_k),
+                token_budget: target.args.budget,
+                ..Default::default()
+            })
+            .await
+            .context("warming the cache")?;
     }
-    if mode == Mode::Hit {
-        // Warm the result cache so the timed run measures hits.
-        let mut client = connections[0].clone();
-        for &q in hot.iter() {
-            client
-                .retrieve(proto::RetrieveRequest {
-                    collection: collection.to_string(),
-                    query: questions[q].clone(),
-                    top_k: Some(args.top_k),
-                    token_budget: args.budget,
-                    ..Default::default()
-                })
-                .await
-                .context("warming the cache")?;
-        }
+    Ok(())
+}
+
+async fn run(target: &LoadTarget, shape: RunShape) -> anyhow::Result<RunReport> {
+    let args = &target.args;
+    let hot = Arc::new(hot_questions(args.hot_set, target.questions.len()));
+    let mut connections = Vec::with_capacity(shape.clients);
+    for _ in 0..shape.clients {
+        connections.push(connect(&target.address).await?);
     }
-    // `miss` runs continue one shared sequence, so a later run never repeats an earlier request.
-    let counter = match mode {
-        Mode::Miss => miss_counter,
+    if shape.mode == Mode::Hit {
+        warm_result_cache(&mut connections[0].clone(), target, &hot).await?;
+    }
+    let counter = match shape.mode {
+        Mode::Miss => Arc::clone(&target.miss_counter),
         Mode::Hit => Arc::new(AtomicU64::new(0)),
     };
-    let first_request = counter.load(Ordering::Relaxed);
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(seconds);
+    let deadline = started + Duration::from_secs(shape.seconds);
     let interval = (args.sample_every > 0).then(|| Arc::new(Interval::default()));
     let sampler = interval.as_ref().map(|interval| {
         tokio::spawn(run_sampler(
@@ -366,55 +395,38 @@ async fn run(
             deadline,
         ))
     });
-    let writer_task = if writer {
-        let client = connect(address).await?;
+    let writer_task = if shape.writer {
+        let client = connect(&target.address).await?;
         Some(tokio::spawn(run_writer(
             client,
-            Arc::clone(&collection),
-            Arc::clone(&dataset),
+            Arc::clone(&target.collection),
+            Arc::clone(&target.dataset),
             interval.clone(),
             deadline,
         )))
     } else {
         None
     };
+    let work = ClientWork {
+        mode: shape.mode,
+        collection: Arc::clone(&target.collection),
+        questions: Arc::clone(&target.questions),
+        hot,
+        first_request: counter.load(Ordering::Relaxed),
+        counter,
+        max_requests: args.max_requests,
+        budget: args.budget,
+        top_k: args.top_k,
+        interval,
+        deadline,
+    };
     let tasks: Vec<_> = connections
         .into_iter()
-        .map(|client| {
-            tokio::spawn(run_client(
-                client,
-                mode,
-                Arc::clone(&collection),
-                Arc::clone(&questions),
-                Arc::clone(&hot),
-                Arc::clone(&counter),
-                first_request,
-                Arc::clone(&args),
-                interval.clone(),
-                deadline,
-            ))
-        })
+        .map(|client| tokio::spawn(run_client(client, work.clone())))
         .collect();
-    let mut report = RunReport {
-        mode,
-        clients,
-        writer,
-        seconds: 0.0,
-        requests: 0,
-        ok: 0,
-        latencies_us: Vec::new(),
-        errors: BTreeMap::new(),
-        cache_hits: 0,
-        writes: 0,
-        write_errors: 0,
-    };
+    let mut report = RunReport::empty(shape);
     for task in tasks {
-        let stats = task.await.context("client task panicked")?;
-        report.latencies_us.extend(stats.latencies_us);
-        report.cache_hits += stats.cache_hits;
-        for (code, count) in stats.errors {
-            *report.errors.entry(code).or_default() += count;
-        }
+        report.add(task.await.context("client task panicked")?);
     }
     report.seconds = started.elapsed().as_secs_f64();
     if let Some(writer) = writer_task {
@@ -425,10 +437,41 @@ async fn run(
     if let Some(sampler) = sampler {
         sampler.await.context("sampler task panicked")?;
     }
-    report.ok = report.latencies_us.len() as u64;
-    report.requests = report.ok + report.errors.values().sum::<u64>();
-    report.latencies_us.sort_unstable();
+    report.finish();
     Ok(report)
+}
+
+impl RunReport {
+    fn empty(shape: RunShape) -> Self {
+        Self {
+            mode: shape.mode,
+            clients: shape.clients,
+            writer: shape.writer,
+            seconds: 0.0,
+            requests: 0,
+            ok: 0,
+            latencies_us: Vec::new(),
+            errors: BTreeMap::new(),
+            cache_hits: 0,
+            writes: 0,
+            write_errors: 0,
+        }
+    }
+
+    fn add(&mut self, stats: ClientStats) {
+        self.latencies_us.extend(stats.latencies_us);
+        self.cache_hits += stats.cache_hits;
+        for (code, count) in stats.errors {
+            *self.errors.entry(code).or_default() += count;
+        }
+    }
+
+    /// Counts the requests and sorts the latencies for the percentiles.
+    fn finish(&mut self) {
+        self.ok = self.latencies_us.len() as u64;
+        self.requests = self.ok + self.errors.values().sum::<u64>();
+        self.latencies_us.sort_unstable();
+    }
 }
 
 fn print_header() {
@@ -485,7 +528,8 @@ fn print_row(report: &RunReport) {
     );
 }
 
-async fn main_async(args: Args) -> anyhow::Result<()> {
+/// Checks the arguments; returns the modes to run.
+fn validate(args: &Args) -> anyhow::Result<Vec<Mode>> {
     let modes: Vec<Mode> = args
         .mode
         .iter()
@@ -511,27 +555,16 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
             anyhow::bail!("--addr must be a loopback address (127.0.0.1, localhost or [::1])");
         }
     }
-    let dataset = Arc::new(Dataset::load(&args.dataset)?);
-    if dataset.queries.is_empty() || dataset.documents.is_empty() {
-        anyhow::bail!("the dataset needs documents and queries");
-    }
-    let server = match &args.addr {
-        Some(_) => None,
-        None => Some(InProcessServer::start(&args.models_dir, args.cpu_threads).await?),
-    };
-    let address = match (&args.addr, &server) {
-        (Some(address), _) => address.clone(),
-        (None, Some(server)) => server.addr(),
-        (None, None) => unreachable!("a server was started"),
-    };
-    let mut client = connect(&address).await?;
-    let collection: Arc<str> = Arc::from(format!(
-        "load-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-    ));
+    Ok(modes)
+}
+
+/// Creates `collection` and streams the dataset's documents into it, one document a message:
+/// embedding a whole corpus takes longer than the deadline a single unary call gets.
+async fn ingest_dataset(
+    client: &mut LatheClient<Channel>,
+    collection: &str,
+    dataset: &Dataset,
+) -> anyhow::Result<proto::WriteResponse> {
     client
         .create_collection(proto::CreateCollectionRequest {
             name: collection.to_string(),
@@ -539,32 +572,44 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
         })
         .await
         .map_err(|s| anyhow::anyhow!("creating the collection: {}", s.message()))?;
-    let documents: Vec<proto::Document> = dataset
-        .documents
-        .iter()
-        .map(|d| proto::Document {
-            id: d.doc_id.clone(),
-            title: d.title.clone(),
-            text: d.text.clone(),
-            format: proto::DocumentFormat::Plain as i32,
-            ..Default::default()
-        })
-        .collect();
-    // Streamed one document a message: embedding a whole corpus takes longer than the deadline a
-    // single unary call gets.
-    let messages: Vec<proto::UpsertDocumentsRequest> = documents
-        .into_iter()
-        .map(|document| proto::UpsertDocumentsRequest {
-            collection: collection.to_string(),
-            documents: vec![document],
-            wait: true,
-        })
-        .collect();
-    let ingested = client
-        .upload_documents(tokio_stream::iter(messages))
+    upload_in_batches(client, collection, dataset.proto_documents(false), 1)
         .await
-        .map_err(|s| anyhow::anyhow!("ingesting: {}", s.message()))?
-        .into_inner();
+        .map_err(|s| anyhow::anyhow!("ingesting: {}", s.message()))
+}
+
+/// The runs of the table: each client count, each mode, the read-only baseline first when one is
+/// asked for.
+fn run_shapes(args: &Args, modes: &[Mode]) -> Vec<RunShape> {
+    let mut shapes = Vec::new();
+    for &clients in &args.clients {
+        for &mode in modes {
+            let shape = |writer, seconds| RunShape {
+                mode,
+                clients,
+                writer,
+                seconds,
+            };
+            if args.writer && args.read_only_first > 0 {
+                shapes.push(shape(false, args.read_only_first));
+            }
+            shapes.push(shape(args.writer, args.seconds));
+        }
+    }
+    shapes
+}
+
+async fn main_async(args: Args) -> anyhow::Result<()> {
+    let modes = validate(&args)?;
+    let dataset = Arc::new(Dataset::load(&args.dataset)?);
+    if dataset.queries.is_empty() || dataset.documents.is_empty() {
+        anyhow::bail!("the dataset needs documents and queries");
+    }
+    let server =
+        TargetServer::given_or_started(args.addr.as_deref(), &args.models_dir, args.cpu_threads)
+            .await?;
+    let mut client = connect(&server.address).await?;
+    let collection: Arc<str> = Arc::from(unique_collection_name("load"));
+    let ingested = ingest_dataset(&mut client, &collection, &dataset).await?;
     let questions = Arc::new(distinct_questions(&dataset));
     println!(
         "lathe-load: {} documents ({} sections), {} questions ({} distinct); budget {}, top_k {}, default chunking; server {}\n",
@@ -574,55 +619,37 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
         questions.len(),
         args.budget,
         args.top_k,
-        if server.is_some() { "in-process (loopback gRPC)" } else { address.as_str() },
+        if server.is_in_process() { "in-process (loopback gRPC)" } else { server.address.as_str() },
     );
-    let miss_counter = Arc::new(AtomicU64::new(0));
-    let args = Arc::new(args);
     if let Some(mib) = resident_mib() {
         println!("resident memory after ingest: {mib:.0} MiB\n");
     }
-    if args.sample_every == 0 {
+    let shapes = run_shapes(&args, &modes);
+    let target = LoadTarget {
+        address: server.address.clone(),
+        collection: Arc::clone(&collection),
+        dataset,
+        questions,
+        miss_counter: Arc::new(AtomicU64::new(0)),
+        args: Arc::new(args),
+    };
+    if target.args.sample_every == 0 {
         print_header();
     }
-    for &clients in &args.clients {
-        for &mode in &modes {
-            // (writer, seconds) of each run: the read-only baseline first when one is asked for.
-            let mut runs = Vec::with_capacity(2);
-            if args.writer && args.read_only_first > 0 {
-                runs.push((false, args.read_only_first));
-            }
-            runs.push((args.writer, args.seconds));
-            for (writer, seconds) in runs {
-                let report = run(
-                    &address,
-                    mode,
-                    clients,
-                    Arc::clone(&collection),
-                    Arc::clone(&dataset),
-                    Arc::clone(&questions),
-                    Arc::clone(&miss_counter),
-                    Arc::clone(&args),
-                    writer,
-                    seconds,
-                )
-                .await?;
-                if args.sample_every > 0 {
-                    println!();
-                    print_header();
-                }
-                print_row(&report);
-            }
+    for shape in shapes {
+        let report = run(&target, shape).await?;
+        if target.args.sample_every > 0 {
+            println!();
+            print_header();
         }
+        print_row(&report);
     }
     let _ = client
         .delete_collection(proto::DeleteCollectionRequest {
             name: collection.to_string(),
         })
         .await;
-    if let Some(server) = server {
-        server.stop().await?;
-    }
-    Ok(())
+    server.stop().await
 }
 
 fn main() -> std::process::ExitCode {

@@ -8,9 +8,8 @@
 
 use std::collections::HashMap;
 use std::io::Write as _;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Instant;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::StreamExt;
@@ -20,8 +19,10 @@ use tonic::transport::Channel;
 
 use crate::api::proto;
 use crate::api::proto::lathe_client::LatheClient;
+use crate::client::{
+    connect, strategy_from_name, unique_collection_name, upload_in_batches, TargetServer,
+};
 use crate::eval::report::{self, Cell};
-use crate::eval::server::InProcessServer;
 use crate::eval::splitter::RecursiveCharacterSplitter;
 use crate::eval::{score_query, summarize, Dataset, QueryOutcome, ReturnedChunk};
 
@@ -100,8 +101,16 @@ struct Baseline {
     chunk_size: usize,
     chunk_overlap: usize,
     collection: String,
-    /// Piece document id → (dataset document index, first code point, length in code points).
-    pieces: HashMap<String, (usize, u64, u64)>,
+    /// Piece document id → where the piece lies in the dataset.
+    pieces: HashMap<String, PiecePlace>,
+}
+
+/// Where a baseline piece lies: its dataset document and its code points there.
+#[derive(Clone, Copy)]
+struct PiecePlace {
+    document_index: usize,
+    first_char: u64,
+    char_count: u64,
 }
 
 enum SystemKind {
@@ -109,12 +118,13 @@ enum SystemKind {
         strategy: proto::ChunkStrategy,
         max_tokens: u32,
     },
+    /// An index into the baselines.
     Baseline(usize),
 }
 
 struct System {
+    /// Name written to the run file's `strategy` and the table's column.
     label: String,
-    /// Name written to the run file's `strategy`.
     kind: SystemKind,
 }
 
@@ -126,6 +136,43 @@ struct SpanChecks {
     offset_mismatches: u64,
     /// Baselines: chunks that are a whole piece.
     whole_pieces: u64,
+}
+
+/// What the evaluation reads before it talks to a server.
+struct EvalInputs {
+    dataset: Dataset,
+    /// The queries asked (all, or a seeded sample), in dataset order.
+    query_indices: Vec<usize>,
+    /// The MiniLM tokenizer that recounts returned tokens.
+    recount_tokenizer: tokenizers::Tokenizer,
+    /// Code point → byte offset table of each dataset document.
+    char_bytes: Vec<Vec<usize>>,
+}
+
+/// The collections of one evaluation and the systems measured on them.
+struct EvalCollections {
+    lathe_collection: String,
+    /// Every collection created (deleted at the end on a given server).
+    created: Vec<String>,
+    baselines: Vec<Baseline>,
+    systems: Vec<System>,
+    /// Lines of the report that say what was ingested.
+    notes: Vec<String>,
+}
+
+/// What the timed part produced.
+struct Measurements {
+    cells: Vec<Cell>,
+    checks: HashMap<String, SpanChecks>,
+    retrieves: u64,
+    elapsed: Duration,
+}
+
+/// One query's answer, scored.
+struct ScoredQuery {
+    query_index: usize,
+    outcome: QueryOutcome,
+    chunks: Vec<ReturnedChunk>,
 }
 
 fn parse_baseline(name: &str) -> anyhow::Result<(usize, usize)> {
@@ -155,7 +202,7 @@ fn char_to_byte(text: &str) -> Vec<usize> {
         .collect()
 }
 
-fn load_recount_tokenizer(models_dir: &std::path::Path) -> anyhow::Result<tokenizers::Tokenizer> {
+fn load_recount_tokenizer(models_dir: &Path) -> anyhow::Result<tokenizers::Tokenizer> {
     let path = models_dir.join("minilm/tokenizer.json");
     let mut tokenizer = tokenizers::Tokenizer::from_file(&path)
         .map_err(|e| anyhow::anyhow!("loading {}: {e}", path.display()))?;
@@ -190,20 +237,11 @@ async fn upload(
     documents: Vec<proto::Document>,
 ) -> anyhow::Result<(u32, u32, f64)> {
     let started = Instant::now();
-    let mut messages = Vec::with_capacity(documents.len().div_ceil(UPLOAD_BATCH));
-    let mut documents = documents.into_iter().peekable();
-    while documents.peek().is_some() {
-        messages.push(proto::UpsertDocumentsRequest {
-            collection: collection.to_string(),
-            documents: documents.by_ref().take(UPLOAD_BATCH).collect(),
-            wait: true,
-        });
-    }
-    let response = client
-        .upload_documents(tokio_stream::iter(messages))
+    let response = upload_in_batches(client, collection, documents, UPLOAD_BATCH)
         .await
-        .map_err(|s| anyhow::anyhow!("uploading to {collection}: {:?}: {}", s.code(), s.message()))?
-        .into_inner();
+        .map_err(|s| {
+            anyhow::anyhow!("uploading to {collection}: {:?}: {}", s.code(), s.message())
+        })?;
     Ok((
         response.documents,
         response.sections,
@@ -228,159 +266,198 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     if args.budgets.is_empty() || args.budgets.contains(&0) {
         anyhow::bail!("--budgets needs one or more positive budgets");
     }
-    let dataset = Arc::new(
-        Dataset::load(&args.dataset)
-            .with_context(|| format!("loading the dataset in {}", args.dataset.display()))?,
-    );
+    let inputs = read_inputs(&args)?;
+    let lathe_systems = lathe_systems(&args)?;
+    let target =
+        TargetServer::given_or_started(args.addr.as_deref(), &args.models_dir, args.cpu_threads)
+            .await?;
+    let mut client = connect(&target.address).await?;
+    let collections = ingest_collections(&mut client, &args, &inputs, lathe_systems).await?;
+    if collections.systems.is_empty() {
+        anyhow::bail!("nothing to evaluate: give --strategies or --baselines");
+    }
+    let (run_path, mut run_file) = create_run_file(&args)?;
+    let measurements = measure(&client, &args, &inputs, &collections, &mut run_file).await?;
+    run_file.flush().context("writing the run file")?;
+    let server_label = if target.is_in_process() {
+        "in-process (loopback)"
+    } else {
+        target.address.as_str()
+    };
+    let report_parts = ReportInputs {
+        args: &args,
+        inputs: &inputs,
+        collections: &collections,
+        measurements: &measurements,
+        server_label,
+    };
+    write_report(&report_parts, &run_path)?;
+    if !target.is_in_process() && !args.keep_collections {
+        for collection in collections.created {
+            let _ = client
+                .delete_collection(proto::DeleteCollectionRequest { name: collection })
+                .await;
+        }
+    }
+    target.stop().await
+}
+
+fn read_inputs(args: &EvalArgs) -> anyhow::Result<EvalInputs> {
+    let dataset = Dataset::load(&args.dataset)
+        .with_context(|| format!("loading the dataset in {}", args.dataset.display()))?;
     let query_indices = sample_queries(&dataset, args.max_queries, args.seed);
-    let tokenizer = Arc::new(load_recount_tokenizer(&args.models_dir)?);
+    let recount_tokenizer = load_recount_tokenizer(&args.models_dir)?;
+    let char_bytes = dataset
+        .documents
+        .iter()
+        .map(|d| char_to_byte(&d.text))
+        .collect();
+    Ok(EvalInputs {
+        dataset,
+        query_indices,
+        recount_tokenizer,
+        char_bytes,
+    })
+}
+
+/// Each strategy at each `--max-tokens`, in that order.
+fn lathe_systems(args: &EvalArgs) -> anyhow::Result<Vec<System>> {
     let mut systems = Vec::new();
     for &max_tokens in &args.max_tokens {
         for name in &args.strategies {
             systems.push(System {
                 label: format!("{name}/{max_tokens}"),
                 kind: SystemKind::Lathe {
-                    strategy: super::parse_strategy(name)?,
+                    strategy: strategy_from_name(name)?,
                     max_tokens,
                 },
             });
         }
     }
-    let baseline_names: Vec<String> = match (&args.baselines, args.with_baselines) {
+    Ok(systems)
+}
+
+fn baseline_names(args: &EvalArgs) -> Vec<String> {
+    match (&args.baselines, args.with_baselines) {
         (Some(names), _) => names.clone(),
         (None, true) => DEFAULT_BASELINES.iter().map(|s| s.to_string()).collect(),
         (None, false) => Vec::new(),
-    };
+    }
+}
 
-    let server = match &args.addr {
-        Some(_) => None,
-        None => {
-            eprintln!("starting an in-process server on a loopback port");
-            Some(InProcessServer::start(&args.models_dir, args.cpu_threads).await?)
-        }
+/// Creates and fills Lathe's collection (when a Lathe system is measured), then one collection
+/// per baseline; the baselines join the systems after Lathe's.
+async fn ingest_collections(
+    client: &mut LatheClient<Channel>,
+    args: &EvalArgs,
+    inputs: &EvalInputs,
+    lathe_systems: Vec<System>,
+) -> anyhow::Result<EvalCollections> {
+    let run_id = unique_collection_name("eval");
+    let mut collections = EvalCollections {
+        lathe_collection: format!("{run_id}-lathe"),
+        created: Vec::new(),
+        baselines: Vec::new(),
+        systems: lathe_systems,
+        notes: Vec::new(),
     };
-    let address = match (&args.addr, &server) {
-        (Some(addr), _) => addr.clone(),
-        (None, Some(server)) => server.addr(),
-        (None, None) => unreachable!("a server was started"),
-    };
-    let mut client = super::connect(&address).await?;
-    let run_id = format!(
-        "eval-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-    );
-
-    // Ingest: Lathe's collection, then one collection per baseline.
-    let mut notes = Vec::new();
-    let lathe_collection = format!("{run_id}-lathe");
-    let mut collections = Vec::new();
-    if !systems.is_empty() {
-        create_collection(&mut client, &lathe_collection).await?;
-        collections.push(lathe_collection.clone());
+    if !collections.systems.is_empty() {
+        let collection = collections.lathe_collection.clone();
+        create_collection(client, &collection).await?;
+        collections.created.push(collection.clone());
         let with_sections = args.ingest_as == "sections";
-        let documents = dataset
-            .documents
-            .iter()
-            .map(|d| proto::Document {
-                id: d.doc_id.clone(),
-                title: d.title.clone(),
-                text: d.text.clone(),
-                format: proto::DocumentFormat::Plain as i32,
-                metadata: HashMap::new(),
-                sections: if with_sections {
-                    d.sections
-                        .iter()
-                        .map(|s| proto::SectionBoundary {
-                            start: s.start,
-                            end: s.end,
-                            title: String::new(),
-                        })
-                        .collect()
-                } else {
-                    Vec::new()
-                },
-            })
-            .collect();
-        let (docs, sections, seconds) = upload(&mut client, &lathe_collection, documents).await?;
-        notes.push(format!(
+        let documents = inputs.dataset.proto_documents(with_sections);
+        let (docs, sections, seconds) = upload(client, &collection, documents).await?;
+        collections.notes.push(format!(
             "Lathe collection: {docs} documents ingested as {} → {sections} sections in {seconds:.2} s.",
             args.ingest_as
         ));
     }
-    let mut baselines = Vec::new();
-    for name in &baseline_names {
-        let (chunk_size, chunk_overlap) = parse_baseline(name)?;
+    for name in baseline_names(args) {
         let collection = format!("{run_id}-{name}");
-        create_collection(&mut client, &collection).await?;
-        collections.push(collection.clone());
-        let splitter = RecursiveCharacterSplitter::new(chunk_size, chunk_overlap);
-        let mut pieces = HashMap::new();
-        let mut documents = Vec::new();
-        for (doc_index, document) in dataset.documents.iter().enumerate() {
-            let bytes = char_to_byte(&document.text);
-            for (ordinal, range) in splitter.split_chars(&document.text).into_iter().enumerate() {
-                let text = &document.text[bytes[range.start as usize]..bytes[range.end as usize]];
-                let id = format!("{}~{ordinal}", document.doc_id);
-                let length = range.end - range.start;
-                pieces.insert(id.clone(), (doc_index, range.start, length));
-                documents.push(proto::Document {
-                    id,
-                    title: document.title.clone(),
-                    text: text.to_string(),
-                    format: proto::DocumentFormat::Plain as i32,
-                    metadata: HashMap::new(),
-                    sections: vec![proto::SectionBoundary {
-                        start: 0,
-                        end: length,
-                        title: String::new(),
-                    }],
-                });
-            }
-        }
-        let piece_count = documents.len();
-        let (_, sections, seconds) = upload(&mut client, &collection, documents).await?;
-        notes.push(format!(
-            "Baseline {name}: {piece_count} pieces (LangChain RecursiveCharacterTextSplitter semantics, chunk_size {chunk_size}, chunk_overlap {chunk_overlap} characters) indexed as {sections} caller-given sections in {seconds:.2} s."
-        ));
-        systems.push(System {
-            label: name.clone(),
-            kind: SystemKind::Baseline(baselines.len()),
+        create_collection(client, &collection).await?;
+        collections.created.push(collection.clone());
+        let baseline = ingest_baseline(client, inputs, &name, collection).await?;
+        collections.notes.push(baseline.1);
+        collections.systems.push(System {
+            label: name,
+            kind: SystemKind::Baseline(collections.baselines.len()),
         });
-        baselines.push(Baseline {
-            name: name.clone(),
-            chunk_size,
-            chunk_overlap,
-            collection,
-            pieces,
-        });
+        collections.baselines.push(baseline.0);
     }
-    if systems.is_empty() {
-        anyhow::bail!("nothing to evaluate: give --strategies or --baselines");
-    }
-    let baselines = Arc::new(baselines);
-    let char_bytes: Arc<Vec<Vec<usize>>> = Arc::new(
-        dataset
-            .documents
-            .iter()
-            .map(|d| char_to_byte(&d.text))
-            .collect(),
-    );
+    Ok(collections)
+}
 
+/// Splits every document into the baseline's pieces and uploads each piece as a document of one
+/// caller-given section; returns the baseline and its note for the report.
+async fn ingest_baseline(
+    client: &mut LatheClient<Channel>,
+    inputs: &EvalInputs,
+    name: &str,
+    collection: String,
+) -> anyhow::Result<(Baseline, String)> {
+    let (chunk_size, chunk_overlap) = parse_baseline(name)?;
+    let splitter = RecursiveCharacterSplitter::new(chunk_size, chunk_overlap);
+    let mut pieces = HashMap::new();
+    let mut documents = Vec::new();
+    for (document_index, document) in inputs.dataset.documents.iter().enumerate() {
+        let bytes = &inputs.char_bytes[document_index];
+        for (ordinal, range) in splitter.split_chars(&document.text).into_iter().enumerate() {
+            let text = &document.text[bytes[range.start as usize]..bytes[range.end as usize]];
+            let id = format!("{}~{ordinal}", document.doc_id);
+            let char_count = range.end - range.start;
+            let place = PiecePlace {
+                document_index,
+                first_char: range.start,
+                char_count,
+            };
+            pieces.insert(id.clone(), place);
+            documents.push(proto::Document {
+                id,
+                title: document.title.clone(),
+                text: text.to_string(),
+                format: proto::DocumentFormat::Plain as i32,
+                metadata: HashMap::new(),
+                sections: vec![proto::SectionBoundary {
+                    start: 0,
+                    end: char_count,
+                    title: String::new(),
+                }],
+            });
+        }
+    }
+    let piece_count = documents.len();
+    let (_, sections, seconds) = upload(client, &collection, documents).await?;
+    let note = format!(
+        "Baseline {name}: {piece_count} pieces (LangChain RecursiveCharacterTextSplitter semantics, chunk_size {chunk_size}, chunk_overlap {chunk_overlap} characters) indexed as {sections} caller-given sections in {seconds:.2} s."
+    );
+    let baseline = Baseline {
+        name: name.to_string(),
+        chunk_size,
+        chunk_overlap,
+        collection,
+        pieces,
+    };
+    Ok((baseline, note))
+}
+
+fn create_run_file(
+    args: &EvalArgs,
+) -> anyhow::Result<(PathBuf, std::io::BufWriter<std::fs::File>)> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let run_path = args
         .run_file
         .clone()
         .unwrap_or_else(|| args.out.join("run.jsonl"));
-    let mut run_file = std::io::BufWriter::new(
+    let run_file = std::io::BufWriter::new(
         std::fs::File::create(&run_path)
             .with_context(|| format!("creating {}", run_path.display()))?,
     );
+    Ok((run_path, run_file))
+}
 
-    let total = (systems.len() * args.budgets.len() * query_indices.len()) as u64;
+fn progress_bar(total: u64) -> ProgressBar {
     let progress = ProgressBar::new(total);
     progress.set_style(
         ProgressStyle::with_template(
@@ -389,55 +466,130 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> "),
     );
+    progress
+}
+
+/// Runs every query at each budget for every system, scores the answers and writes them to the
+/// run file.
+async fn measure(
+    client: &LatheClient<Channel>,
+    args: &EvalArgs,
+    inputs: &EvalInputs,
+    collections: &EvalCollections,
+    run_file: &mut impl std::io::Write,
+) -> anyhow::Result<Measurements> {
+    let retrieves =
+        (collections.systems.len() * args.budgets.len() * inputs.query_indices.len()) as u64;
+    let progress = progress_bar(retrieves);
     let mut cells = Vec::new();
     let mut checks: HashMap<String, SpanChecks> = HashMap::new();
     let started = Instant::now();
-    for system in &systems {
+    for system in &collections.systems {
         for &budget in &args.budgets {
             progress.set_message(format!("{} @ {budget}", system.label));
-            let (collection, chunking) = match &system.kind {
+            let cell = CellRun {
+                args,
+                inputs,
+                collections,
+                system,
+                budget,
+                progress: &progress,
+            };
+            let check = checks.entry(system.label.clone()).or_default();
+            let results = cell.run(client, check).await?;
+            write_run_lines(run_file, &inputs.dataset, budget, &system.label, &results)?;
+            let outcomes: Vec<QueryOutcome> = results.into_iter().map(|r| r.outcome).collect();
+            cells.push(Cell {
+                budget,
+                system: system.label.clone(),
+                summary: summarize(&outcomes),
+            });
+        }
+    }
+    progress.finish_and_clear();
+    Ok(Measurements {
+        cells,
+        checks,
+        retrieves,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// One cell of the table: one system at one budget, every sampled query.
+struct CellRun<'a> {
+    args: &'a EvalArgs,
+    inputs: &'a EvalInputs,
+    collections: &'a EvalCollections,
+    system: &'a System,
+    budget: u32,
+    progress: &'a ProgressBar,
+}
+
+impl CellRun<'_> {
+    fn baseline(&self) -> Option<&Baseline> {
+        match self.system.kind {
+            SystemKind::Baseline(i) => Some(&self.collections.baselines[i]),
+            SystemKind::Lathe { .. } => None,
+        }
+    }
+
+    /// The collection, chunking options and top_k this system asks with.
+    fn request_parts(&self) -> (String, proto::ChunkingOptions, u32) {
+        match (&self.system.kind, self.baseline()) {
+            (
                 SystemKind::Lathe {
                     strategy,
                     max_tokens,
-                } => (
-                    lathe_collection.clone(),
-                    proto::ChunkingOptions {
-                        strategy: *strategy as i32,
-                        max_tokens: Some(*max_tokens),
-                        overlap_tokens: Some(args.overlap),
-                        unit: proto::ChunkUnit::Tokens as i32,
-                        separators: Vec::new(),
-                        ..Default::default()
-                    },
-                ),
-                // One chunk per piece: no re-chunking, the server only packs whole pieces.
-                SystemKind::Baseline(i) => (
-                    baselines[*i].collection.clone(),
-                    proto::ChunkingOptions {
-                        strategy: proto::ChunkStrategy::Fixed as i32,
-                        max_tokens: Some(WHOLE_SECTION_TOKENS),
-                        overlap_tokens: Some(0),
-                        unit: proto::ChunkUnit::Tokens as i32,
-                        separators: Vec::new(),
-                        ..Default::default()
-                    },
-                ),
-            };
-            let baseline_index = match system.kind {
-                SystemKind::Baseline(i) => Some(i),
-                SystemKind::Lathe { .. } => None,
-            };
-            let top_k = match baseline_index {
-                Some(_) => args.baseline_top_k.unwrap_or(args.top_k),
-                None => args.top_k,
-            };
-            let requests = query_indices.iter().copied().map(|query_index| {
+                },
+                _,
+            ) => (
+                self.collections.lathe_collection.clone(),
+                proto::ChunkingOptions {
+                    strategy: *strategy as i32,
+                    max_tokens: Some(*max_tokens),
+                    overlap_tokens: Some(self.args.overlap),
+                    unit: proto::ChunkUnit::Tokens as i32,
+                    separators: Vec::new(),
+                    ..Default::default()
+                },
+                self.args.top_k,
+            ),
+            // One chunk per piece: no re-chunking, the server only packs whole pieces.
+            (SystemKind::Baseline(_), baseline) => (
+                baseline.map(|b| b.collection.clone()).unwrap_or_default(),
+                proto::ChunkingOptions {
+                    strategy: proto::ChunkStrategy::Fixed as i32,
+                    max_tokens: Some(WHOLE_SECTION_TOKENS),
+                    overlap_tokens: Some(0),
+                    unit: proto::ChunkUnit::Tokens as i32,
+                    separators: Vec::new(),
+                    ..Default::default()
+                },
+                self.args.baseline_top_k.unwrap_or(self.args.top_k),
+            ),
+        }
+    }
+
+    /// Asks every query with up to `--concurrency` in flight; returns them scored, in query order.
+    async fn run(
+        &self,
+        client: &LatheClient<Channel>,
+        check: &mut SpanChecks,
+    ) -> anyhow::Result<Vec<ScoredQuery>> {
+        let (collection, chunking, top_k) = self.request_parts();
+        let dataset = &self.inputs.dataset;
+        let requests = self
+            .inputs
+            .query_indices
+            .iter()
+            .copied()
+            .map(|query_index| {
                 let mut client = client.clone();
                 let request = proto::RetrieveRequest {
                     collection: collection.clone(),
                     query: dataset.queries[query_index].question.clone(),
                     top_k: Some(top_k),
-                    token_budget: budget,
+                    token_budget: self.budget,
                     chunking: Some(chunking.clone()),
                     filter: None,
                     order: proto::ResultOrder::Score as i32,
@@ -448,111 +600,147 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
                     (query_index, sent.elapsed(), response)
                 }
             });
-            let mut responses =
-                futures::stream::iter(requests).buffer_unordered(args.concurrency.max(1));
-            let mut results: Vec<(usize, QueryOutcome, Vec<ReturnedChunk>)> =
-                Vec::with_capacity(query_indices.len());
-            let check = checks.entry(system.label.clone()).or_default();
-            while let Some((query_index, latency, response)) = responses.next().await {
-                let query = &dataset.queries[query_index];
-                let response = response
-                    .map_err(|s| {
-                        anyhow::anyhow!(
-                            "retrieve for {} ({} @ {budget}) failed: {:?}: {}",
-                            query.qid,
-                            system.label,
-                            s.code(),
-                            s.message()
-                        )
-                    })?
-                    .into_inner();
-                let mut chunks = Vec::with_capacity(response.chunks.len());
-                for chunk in &response.chunks {
-                    let span = chunk.chars.unwrap_or_default();
-                    let (doc_index, start, end) = match baseline_index {
-                        None => {
-                            let Some(&doc_index) = dataset.document_index.get(&chunk.doc_id) else {
-                                anyhow::bail!(
-                                    "the server returned unknown document `{}`",
-                                    chunk.doc_id
-                                );
-                            };
-                            (doc_index, span.start, span.end)
-                        }
-                        Some(b) => {
-                            let Some(&(doc_index, offset, length)) =
-                                baselines[b].pieces.get(&chunk.doc_id)
-                            else {
-                                anyhow::bail!(
-                                    "the server returned unknown piece `{}`",
-                                    chunk.doc_id
-                                );
-                            };
-                            if span.start == 0 && span.end == length {
-                                check.whole_pieces += 1;
-                            }
-                            (doc_index, offset + span.start, offset + span.end)
-                        }
-                    };
-                    let bytes = &char_bytes[doc_index];
-                    let document = &dataset.documents[doc_index];
-                    let expected = bytes
-                        .get(start as usize)
-                        .zip(bytes.get(end as usize))
-                        .and_then(|(&b0, &b1)| document.text.get(b0..b1));
-                    check.chunks += 1;
-                    if expected != Some(chunk.text.as_str()) {
-                        check.offset_mismatches += 1;
-                    }
-                    let tokens = tokenizer
-                        .encode(chunk.text.as_str(), false)
-                        .map_err(|e| anyhow::anyhow!("recounting tokens: {e}"))?
-                        .len() as u64;
-                    chunks.push(ReturnedChunk {
-                        doc_id: document.doc_id.clone(),
-                        start,
-                        end,
-                        tokens,
-                    });
-                }
-                let gold = dataset.gold_ranges(query);
-                let outcome = score_query(query, &gold, &chunks, budget, latency);
-                results.push((query_index, outcome, chunks));
-                progress.inc(1);
+        let mut responses =
+            futures::stream::iter(requests).buffer_unordered(self.args.concurrency.max(1));
+        let mut results = Vec::with_capacity(self.inputs.query_indices.len());
+        while let Some((query_index, latency, response)) = responses.next().await {
+            let query = &dataset.queries[query_index];
+            let response = response
+                .map_err(|s| {
+                    anyhow::anyhow!(
+                        "retrieve for {} ({} @ {}) failed: {:?}: {}",
+                        query.qid,
+                        self.system.label,
+                        self.budget,
+                        s.code(),
+                        s.message()
+                    )
+                })?
+                .into_inner();
+            let chunks = self.returned_chunks(&response, check)?;
+            let gold = dataset.gold_ranges(query);
+            let outcome = score_query(query, &gold, &chunks, self.budget, latency);
+            results.push(ScoredQuery {
+                query_index,
+                outcome,
+                chunks,
+            });
+            self.progress.inc(1);
+        }
+        results.sort_by_key(|scored| scored.query_index);
+        Ok(results)
+    }
+
+    /// The response's chunks placed in their dataset documents, checked against the document
+    /// text and recounted in the MiniLM tokenizer.
+    fn returned_chunks(
+        &self,
+        response: &proto::RetrieveResponse,
+        check: &mut SpanChecks,
+    ) -> anyhow::Result<Vec<ReturnedChunk>> {
+        let mut chunks = Vec::with_capacity(response.chunks.len());
+        for chunk in &response.chunks {
+            let (document_index, start, end) = self.place(chunk, check)?;
+            let bytes = &self.inputs.char_bytes[document_index];
+            let document = &self.inputs.dataset.documents[document_index];
+            let expected = bytes
+                .get(start as usize)
+                .zip(bytes.get(end as usize))
+                .and_then(|(&b0, &b1)| document.text.get(b0..b1));
+            check.chunks += 1;
+            if expected != Some(chunk.text.as_str()) {
+                check.offset_mismatches += 1;
             }
-            results.sort_by_key(|(query_index, _, _)| *query_index);
-            for (query_index, _, chunks) in &results {
-                let line = serde_json::json!({
-                    "qid": dataset.queries[*query_index].qid,
-                    "budget": budget,
-                    "strategy": system.label,
-                    "chunks": chunks.iter().map(|c| serde_json::json!({
-                        "doc_id": c.doc_id, "start": c.start, "end": c.end,
-                    })).collect::<Vec<_>>(),
-                });
-                writeln!(run_file, "{line}").context("writing the run file")?;
-            }
-            let outcomes: Vec<QueryOutcome> = results.into_iter().map(|(_, o, _)| o).collect();
-            cells.push(Cell {
-                budget,
-                system: system.label.clone(),
-                summary: summarize(&outcomes),
+            let tokens = self
+                .inputs
+                .recount_tokenizer
+                .encode(chunk.text.as_str(), false)
+                .map_err(|e| anyhow::anyhow!("recounting tokens: {e}"))?
+                .len() as u64;
+            chunks.push(ReturnedChunk {
+                doc_id: document.doc_id.clone(),
+                start,
+                end,
+                tokens,
             });
         }
+        Ok(chunks)
     }
-    progress.finish_and_clear();
-    run_file.flush().context("writing the run file")?;
-    let elapsed = started.elapsed();
 
-    // Span checks, reported beside the table.
-    for system in &systems {
+    /// (dataset document index, first code point, end code point) of a returned chunk; a
+    /// baseline chunk's span is within its piece.
+    fn place(
+        &self,
+        chunk: &proto::RetrievedChunk,
+        check: &mut SpanChecks,
+    ) -> anyhow::Result<(usize, u64, u64)> {
+        let span = chunk.chars.unwrap_or_default();
+        let Some(baseline) = self.baseline() else {
+            let Some(&document_index) = self.inputs.dataset.document_index.get(&chunk.doc_id)
+            else {
+                anyhow::bail!("the server returned unknown document `{}`", chunk.doc_id);
+            };
+            return Ok((document_index, span.start, span.end));
+        };
+        let Some(piece) = baseline.pieces.get(&chunk.doc_id) else {
+            anyhow::bail!("the server returned unknown piece `{}`", chunk.doc_id);
+        };
+        if span.start == 0 && span.end == piece.char_count {
+            check.whole_pieces += 1;
+        }
+        Ok((
+            piece.document_index,
+            piece.first_char + span.start,
+            piece.first_char + span.end,
+        ))
+    }
+}
+
+fn write_run_lines(
+    run_file: &mut impl std::io::Write,
+    dataset: &Dataset,
+    budget: u32,
+    label: &str,
+    results: &[ScoredQuery],
+) -> anyhow::Result<()> {
+    for scored in results {
+        let line = serde_json::json!({
+            "qid": dataset.queries[scored.query_index].qid,
+            "budget": budget,
+            "strategy": label,
+            "chunks": scored.chunks.iter().map(|c| serde_json::json!({
+                "doc_id": c.doc_id, "start": c.start, "end": c.end,
+            })).collect::<Vec<_>>(),
+        });
+        writeln!(run_file, "{line}").context("writing the run file")?;
+    }
+    Ok(())
+}
+
+/// Everything the report is made of.
+struct ReportInputs<'a> {
+    args: &'a EvalArgs,
+    inputs: &'a EvalInputs,
+    collections: &'a EvalCollections,
+    measurements: &'a Measurements,
+    /// The server's address, or that it ran in this process.
+    server_label: &'a str,
+}
+
+/// Span checks, one line per system, reported beside the table.
+fn span_check_notes(
+    collections: &EvalCollections,
+    checks: &HashMap<String, SpanChecks>,
+) -> Vec<String> {
+    let mut notes = Vec::with_capacity(collections.systems.len());
+    for system in &collections.systems {
         let check = checks.get(&system.label).copied().unwrap_or_default();
         let mut line = format!(
             "{}: {} chunks returned, {} with text ≠ document text at the returned code points",
             system.label, check.chunks, check.offset_mismatches
         );
         if let SystemKind::Baseline(i) = system.kind {
-            let b = &baselines[i];
+            let b = &collections.baselines[i];
             line.push_str(&format!(
                 "; {} of them whole {}-character pieces (overlap {})",
                 check.whole_pieces, b.chunk_size, b.chunk_overlap
@@ -561,26 +749,43 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
         }
         notes.push(line);
     }
+    notes
+}
 
-    let labels: Vec<String> = systems.iter().map(|s| s.label.clone()).collect();
+/// Prints the Markdown report and writes it, with the recall plot, to `--out`.
+fn write_report(parts: &ReportInputs, run_path: &Path) -> anyhow::Result<()> {
+    let ReportInputs {
+        args,
+        inputs,
+        collections,
+        measurements,
+        server_label,
+    } = parts;
+    let mut notes = collections.notes.clone();
+    notes.extend(span_check_notes(collections, &measurements.checks));
+    let labels: Vec<String> = collections
+        .systems
+        .iter()
+        .map(|s| s.label.clone())
+        .collect();
     let mut budgets = args.budgets.clone();
     budgets.sort_unstable();
     budgets.dedup();
-    let table = report::markdown(&cells, &labels, &budgets);
+    let table = report::markdown(&measurements.cells, &labels, &budgets);
     let header = format!(
         "## lathe eval: {}\n\n{} of {} queries (seed {}), {} documents; top_k {} (baselines {}), overlap {} tokens; server {}; concurrency {}; {} retrieves in {:.1} s. Latency is client-side wall time per Retrieve over loopback gRPC. Budgets and recounts in the MiniLM tokenizer (no special tokens).\n\n{}\n",
         args.dataset.display(),
-        query_indices.len(),
-        dataset.queries.len(),
+        inputs.query_indices.len(),
+        inputs.dataset.queries.len(),
         args.seed,
-        dataset.documents.len(),
+        inputs.dataset.documents.len(),
         args.top_k,
         args.baseline_top_k.unwrap_or(args.top_k),
         args.overlap,
-        if args.addr.is_some() { address.as_str() } else { "in-process (loopback)" },
+        server_label,
         args.concurrency.max(1),
-        total,
-        elapsed.as_secs_f64(),
+        measurements.retrieves,
+        measurements.elapsed.as_secs_f64(),
         notes.iter().map(|n| format!("- {n}")).collect::<Vec<_>>().join("\n"),
     );
     let markdown = format!("{header}\n{table}");
@@ -589,24 +794,12 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     std::fs::write(&results_path, &markdown)
         .with_context(|| format!("writing {}", results_path.display()))?;
     let svg_path = args.out.join("recall.svg");
-    report::recall_svg(&svg_path, &cells, &labels, &budgets)?;
+    report::recall_svg(&svg_path, &measurements.cells, &labels, &budgets)?;
     eprintln!(
         "wrote {}, {} and {}",
         results_path.display(),
         svg_path.display(),
         run_path.display()
     );
-
-    match server {
-        Some(server) => server.stop().await?,
-        None if !args.keep_collections => {
-            for collection in collections {
-                let _ = client
-                    .delete_collection(proto::DeleteCollectionRequest { name: collection })
-                    .await;
-            }
-        }
-        None => {}
-    }
     Ok(())
 }

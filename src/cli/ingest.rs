@@ -188,8 +188,44 @@ fn documents_from_file(
 
 pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
     let default_format = format_from_name(&args.default_format)?;
+    let documents = documents_from_paths(&args.paths, default_format)?;
+    if documents.is_empty() {
+        anyhow::bail!("no .md, .markdown, .html, .htm, .txt or .jsonl documents found");
+    }
+    let mut client = crate::client::connect(&args.addr).await?;
+    create_collection_unless_present(&mut client, &args).await?;
+
+    let bytes: usize = documents.iter().map(|d| d.text.len()).sum();
+    let total = documents.len();
+    let started = Instant::now();
+    let response =
+        crate::client::upload_in_batches(&mut client, &args.collection, documents, args.batch)
+            .await
+            .map_err(|status| {
+                anyhow::anyhow!("upload failed: {:?}: {}", status.code(), status.message())
+            })?;
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "ingested {} documents ({} sections, {:.1} MB) into {} in {:.2} s: {:.1} docs/s, {:.2} MB/s; visible at generation {}",
+        response.documents,
+        response.sections,
+        bytes as f64 / 1e6,
+        args.collection,
+        seconds,
+        total as f64 / seconds,
+        bytes as f64 / 1e6 / seconds,
+        response.generation
+    );
+    Ok(())
+}
+
+/// The documents of every file given, and of every file under every folder given (in path order).
+fn documents_from_paths(
+    paths: &[PathBuf],
+    default_format: proto::DocumentFormat,
+) -> anyhow::Result<Vec<proto::Document>> {
     let mut documents = Vec::new();
-    for root in &args.paths {
+    for root in paths {
         if root.is_file() {
             let parent = root.parent().unwrap_or(Path::new(""));
             documents.extend(documents_from_file(root, parent, default_format)?);
@@ -206,11 +242,15 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
             documents.extend(documents_from_file(&file, root, default_format)?);
         }
     }
-    if documents.is_empty() {
-        anyhow::bail!("no .md, .markdown, .html, .htm, .txt or .jsonl documents found");
-    }
+    Ok(documents)
+}
 
-    let mut client = super::connect(&args.addr).await?;
+/// Creates the collection with the tokenizer and section size asked for; one that exists is
+/// used as it is.
+async fn create_collection_unless_present(
+    client: &mut crate::api::proto::lathe_client::LatheClient<tonic::transport::Channel>,
+    args: &IngestArgs,
+) -> anyhow::Result<()> {
     let create = proto::CreateCollectionRequest {
         name: args.collection.clone(),
         settings: Some(proto::CollectionSettings {
@@ -230,41 +270,6 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
             ))
         }
     }
-
-    let bytes: usize = documents.iter().map(|d| d.text.len()).sum();
-    let total = documents.len();
-    let started = Instant::now();
-    let collection = args.collection.clone();
-    let batch = args.batch.max(1);
-    let mut messages = Vec::with_capacity(total.div_ceil(batch));
-    let mut documents = documents.into_iter().peekable();
-    while documents.peek().is_some() {
-        let chunk: Vec<proto::Document> = documents.by_ref().take(batch).collect();
-        messages.push(proto::UpsertDocumentsRequest {
-            collection: collection.clone(),
-            documents: chunk,
-            wait: true,
-        });
-    }
-    let response = client
-        .upload_documents(tokio_stream::iter(messages))
-        .await
-        .map_err(|status| {
-            anyhow::anyhow!("upload failed: {:?}: {}", status.code(), status.message())
-        })?
-        .into_inner();
-    let seconds = started.elapsed().as_secs_f64();
-    println!(
-        "ingested {} documents ({} sections, {:.1} MB) into {} in {:.2} s: {:.1} docs/s, {:.2} MB/s; visible at generation {}",
-        response.documents,
-        response.sections,
-        bytes as f64 / 1e6,
-        args.collection,
-        seconds,
-        total as f64 / seconds,
-        bytes as f64 / 1e6 / seconds,
-        response.generation
-    );
     Ok(())
 }
 

@@ -11,22 +11,7 @@ pub use query::{query, QueryArgs};
 
 use anyhow::Context;
 
-use crate::api::convert::strategy_to_proto;
-use crate::api::proto;
-use crate::chunk::Strategy;
 use crate::config::{Config, LogConfig, LogFormat};
-
-/// A strategy named on the command line (any case), as the proto enum.
-fn parse_strategy(name: &str) -> anyhow::Result<proto::ChunkStrategy> {
-    let strategy = Strategy::from_name(&name.to_ascii_lowercase()).ok_or_else(|| {
-        let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
-        anyhow::anyhow!(
-            "unknown strategy `{name}`: expected one of {}",
-            names.join(", ")
-        )
-    })?;
-    Ok(strategy_to_proto(strategy))
-}
 
 /// Keeps the span exporter (feature `otel`) alive; dropping it flushes the spans not yet sent.
 /// Drop it while the tokio runtime still runs: the OTLP exporter's channel lives on it.
@@ -181,23 +166,4 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + S
     Ok(async {
         let _ = tokio::signal::ctrl_c().await;
     })
-}
-
-/// Connects a gRPC client with messages as large as the server's default limit.
-pub async fn connect(
-    address: &str,
-) -> anyhow::Result<crate::api::proto::lathe_client::LatheClient<tonic::transport::Channel>> {
-    let endpoint = if address.starts_with("http://") || address.starts_with("https://") {
-        address.to_string()
-    } else {
-        format!("http://{address}")
-    };
-    let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
-        .with_context(|| format!("invalid address {endpoint}"))?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {endpoint}"))?;
-    Ok(crate::api::proto::lathe_client::LatheClient::new(channel)
-        .max_decoding_message_size(64 << 20)
-        .max_encoding_message_size(64 << 20))
 }

@@ -41,7 +41,7 @@ pub struct QueryArgs {
 pub async fn query(args: QueryArgs) -> anyhow::Result<()> {
     let strategy = match args.strategy.as_deref() {
         None => proto::ChunkStrategy::Unspecified,
-        Some(name) => super::parse_strategy(name)?,
+        Some(name) => crate::client::strategy_from_name(name)?,
     };
     let unit =
         proto::ChunkUnit::from_str_name(&format!("CHUNK_UNIT_{}", args.unit.to_ascii_uppercase()))
@@ -85,7 +85,7 @@ pub async fn query(args: QueryArgs) -> anyhow::Result<()> {
         }),
         order: order as i32,
     };
-    let mut client = super::connect(&args.addr).await?;
+    let mut client = crate::client::connect(&args.addr).await?;
     let response = client
         .retrieve(request)
         .await

@@ -1,10 +1,9 @@
 //! Retrieval evaluation: the dataset format of `shared/eval` (docs.jsonl with paragraph sections,
 //! queries.jsonl with answer spans in code points), the per-query metrics, their aggregates, the
-//! report (Markdown table and recall plot), the LangChain-style baseline splitter, and a helper
-//! that runs a real gRPC server in-process. `lathe eval` and `lathe-load` are built on it.
+//! report (Markdown table and recall plot) and the LangChain-style baseline splitter. `lathe eval`
+//! and `lathe-load` are built on it and on `client` (connect, or start a server in this process).
 
 pub mod report;
-pub mod server;
 pub mod splitter;
 
 use std::collections::HashMap;
@@ -92,6 +91,34 @@ impl Dataset {
     }
 
     /// Code-point ranges of the query's gold sections in its document.
+    /// The documents as plain-text proto documents, with the dataset's paragraphs as caller-given
+    /// sections when `with_sections` (else the server cuts the sections).
+    pub fn proto_documents(&self, with_sections: bool) -> Vec<crate::api::proto::Document> {
+        use crate::api::proto;
+        self.documents
+            .iter()
+            .map(|d| proto::Document {
+                id: d.doc_id.clone(),
+                title: d.title.clone(),
+                text: d.text.clone(),
+                format: proto::DocumentFormat::Plain as i32,
+                metadata: HashMap::new(),
+                sections: if with_sections {
+                    d.sections
+                        .iter()
+                        .map(|s| proto::SectionBoundary {
+                            start: s.start,
+                            end: s.end,
+                            title: String::new(),
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+            })
+            .collect()
+    }
+
     pub fn gold_ranges(&self, query: &DatasetQuery) -> Vec<Range<u64>> {
         let Some(document) = self.document(&query.doc_id) else {
             return Vec::new();

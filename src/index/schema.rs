@@ -16,8 +16,9 @@ use tantivy::Index;
 /// Name of the analyzer of section text and titles.
 pub const ANALYZER: &str = "lathe_en";
 
-/// Separator of a metadata term `key\u{1f}value` (ASCII unit separator: never typed by users).
-pub const METADATA_SEPARATOR: char = '\u{1f}';
+/// Separator of a metadata term `key\u{1f}value`: defined with the domain types, where the edge
+/// checks metadata keys against it.
+pub use crate::types::METADATA_SEPARATOR;
 
 /// Separator of the headings in a stored heading path (ASCII record separator).
 pub const HEADING_SEPARATOR: char = '\u{1e}';

@@ -1,21 +1,25 @@
-//! A real Lathe server on a port-0 loopback listener, and a tonic client for it.
+//! A real Lathe server on a port-0 loopback listener, a tonic client for it, and the helpers the
+//! integration tests share.
 #![allow(dead_code)]
 
 pub mod binary;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
+use lathe::client::InProcessServer;
 use lathe::config::Config;
-use tokio::sync::oneshot;
 use tonic::transport::Channel;
+use tonic::Code;
 
+/// The library's in-process server with a connected client that sends and accepts messages up
+/// to 256 MiB (tests probe the server's own limits, not the client's).
 pub struct TestServer {
     pub address: std::net::SocketAddr,
     pub client: LatheClient<Channel>,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<lathe::error::Result<()>>>,
+    server: InProcessServer,
 }
 
 pub fn models_dir() -> PathBuf {
@@ -39,44 +43,18 @@ impl TestServer {
         Self::start_with(test_config(data_dir)).await
     }
 
+    /// Starts the server with `config` and waits until it answers a plaintext, key-less call.
     pub async fn start_with(config: Config) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let server = InProcessServer::start(config)
             .await
-            .expect("bind port 0");
-        let address = listener.local_addr().unwrap();
-        let (shutdown, shutdown_rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(lathe::api::serve(config, listener, async move {
-            let _ = shutdown_rx.await;
-        }));
-        let channel = loop {
-            match Channel::from_shared(format!("http://{address}"))
-                .unwrap()
-                .connect()
-                .await
-            {
-                Ok(channel) => break channel,
-                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-            }
-        };
-        // The engine opens before the listener is served: wait until the service answers.
-        let mut client = LatheClient::new(channel)
-            .max_decoding_message_size(256 << 20)
-            .max_encoding_message_size(256 << 20);
-        for _ in 0..500 {
-            if client
-                .list_collections(proto::ListCollectionsRequest {})
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+            .expect("the test server starts and serves");
+        let client = lathe::client::connect_with_message_limit(&server.addr(), 256 << 20)
+            .await
+            .expect("connect to the test server");
         Self {
-            address,
+            address: server.address(),
             client,
-            shutdown: Some(shutdown),
-            task: Some(task),
+            server,
         }
     }
 
@@ -85,13 +63,8 @@ impl TestServer {
     }
 
     /// Graceful stop: drain, commit, close.
-    pub async fn stop(mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.await.expect("server task").expect("server result");
-        }
+    pub async fn stop(self) {
+        self.server.stop().await.expect("the server stops cleanly");
     }
 }
 
@@ -199,4 +172,65 @@ pub fn minilm_token_spans(text: &str) -> Vec<(usize, usize)> {
         .unwrap()
         .get_offsets()
         .to_vec()
+}
+
+/// Every test is bounded: a hang fails the test instead of stalling the suite.
+pub const TEST_LIMIT: Duration = Duration::from_secs(90);
+
+/// The call must fail with `code` and a message holding every one of `needles`; returns the status.
+pub fn expect_code<T: std::fmt::Debug>(
+    result: Result<tonic::Response<T>, tonic::Status>,
+    code: Code,
+    needles: &[&str],
+) -> tonic::Status {
+    let status = result.expect_err("the request must fail");
+    assert_eq!(status.code(), code, "{status:?}");
+    for needle in needles {
+        assert!(
+            status.message().contains(needle),
+            "`{}` should mention `{needle}`",
+            status.message()
+        );
+    }
+    status
+}
+
+/// A normal query answers with at least one chunk of `doc_id`.
+pub async fn still_serving(
+    client: &mut LatheClient<Channel>,
+    collection: &str,
+    query: &str,
+    doc_id: &str,
+) {
+    let response = retrieve(client, retrieve_request(collection, query, 200)).await;
+    assert!(
+        response.chunks.iter().any(|chunk| chunk.doc_id == doc_id),
+        "`{query}` should find `{doc_id}`: {:?}",
+        response.chunks
+    );
+}
+
+/// The test configuration with the neural stage off: for tests about parsing, limits and the
+/// edge, not about the neural stage, lexical only keeps them cheap.
+pub fn lexical_config(dir: &Path) -> Config {
+    let mut config = test_config(dir);
+    config.models.dense = lathe::config::DenseModel::Off;
+    config
+}
+
+/// Retries `call` until it succeeds (the engine opens before the listener is served).
+pub async fn until_ready<F, Fut, T, E: std::fmt::Debug>(mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut last = None;
+    for _ in 0..500 {
+        match call().await {
+            Ok(value) => return value,
+            Err(error) => last = Some(error),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("server never became ready: {last:?}");
 }
