@@ -27,30 +27,19 @@ fn offsets(text: &str) -> TokenOffsets {
     TokenOffsets::from_spans(text, encoding.get_offsets().iter().copied())
 }
 
-const STRATEGIES: [Strategy; 8] = [
-    Strategy::Fixed,
-    Strategy::Sentence,
-    Strategy::Recursive,
-    Strategy::Structure,
-    Strategy::Auto,
-    Strategy::Semantic,
-    Strategy::Csv,
-    Strategy::Code,
-];
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
     fn contract_holds_with_minilm(
         text in prop_oneof![any::<String>(), "[a-zA-Z0-9 .,;:!?\n#|`-]{0,400}", "(\\PC{1,12}[ .。，\n]){0,40}"],
-        strategy in 0usize..8,
+        strategy in 0..Strategy::ALL.len(),
         max_size in 1u32..64,
         overlap in 0u32..64,
         unit in prop::sample::select(vec![Unit::Tokens, Unit::Words, Unit::Chars]),
     ) {
         let tokens = offsets(&text);
-        let options = ChunkOptions { strategy: STRATEGIES[strategy], max_size, overlap: overlap % max_size, unit, separators: None };
+        let options = ChunkOptions { strategy: Strategy::ALL[strategy], max_size, overlap: overlap % max_size, unit, separators: None };
         let mut spans = Vec::new();
         chunk_section(&text, &tokens, &options, None, &mut spans);
         if let Err(problem) = check_invariants(&text, &tokens, &options, &spans) {
@@ -79,7 +68,7 @@ fn independent_retokenization_compared_with_token_count() {
         }
     }
     let mut spans = Vec::new();
-    for (strategy, max_size) in STRATEGIES.into_iter().flat_map(|s| [(s, 16), (s, 64)]) {
+    for (strategy, max_size) in Strategy::ALL.into_iter().flat_map(|s| [(s, 16), (s, 64)]) {
         let (mut chunks, mut more, mut fewer, mut worst_excess) = (0usize, 0usize, 0usize, 0i64);
         let mut example = String::new();
         for text in &texts {
