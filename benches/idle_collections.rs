@@ -15,6 +15,8 @@
 //! close of 10 s by default), `--data-dir DIR` (a fresh temporary folder), `--env NAME=VALUE`
 //! (repeatable: extra `LATHE_*` settings for the server).
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,6 +26,8 @@ use std::time::{Duration, Instant};
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
 use tonic::transport::{Channel, Endpoint};
+
+use common::serving_line::serving_address;
 
 struct Options {
     collections: usize,
@@ -109,11 +113,7 @@ fn start(options: &Options, data_dir: &Path) -> Server {
             .recv_timeout(Duration::from_secs(600))
             .expect("the server did not log `lathe serving` within 10 minutes");
         if line.contains("lathe serving") {
-            break line
-                .split("\"address\":\"")
-                .nth(1)
-                .map(|rest| rest.chars().take_while(|c| *c != '"').collect::<String>())
-                .expect("address in the serving line");
+            break serving_address(&line).expect("address in the serving line");
         }
     };
     Server {
@@ -193,74 +193,79 @@ fn name_of(i: usize) -> String {
     format!("tenant-{i:05}")
 }
 
-async fn create_all(client: &LatheClient<Channel>, collections: usize) {
+/// Runs `work(client, i)` for every `i` in `0..collections`, 8 at a time.
+async fn on_every_collection<Work, Done>(
+    client: &LatheClient<Channel>,
+    collections: usize,
+    what: &str,
+    work: Work,
+) where
+    Work: Fn(LatheClient<Channel>, usize) -> Done + Clone + Send + 'static,
+    Done: std::future::Future<Output = ()> + Send,
+{
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..8 {
-        let mut client = client.clone();
+        let client = client.clone();
         let next = std::sync::Arc::clone(&next);
+        let work = work.clone();
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if i >= collections {
                     return;
                 }
-                let name = name_of(i);
-                client
-                    .create_collection(proto::CreateCollectionRequest {
-                        name: name.clone(),
-                        settings: None,
-                    })
-                    .await
-                    .expect("create collection");
-                client
-                    .upsert_documents(proto::UpsertDocumentsRequest {
-                        collection: name,
-                        documents: vec![proto::Document {
-                            id: "only".into(),
-                            title: "A tiny document".into(),
-                            text: format!("Tenant {i} keeps one short note about its invoices."),
-                            ..Default::default()
-                        }],
-                        wait: true,
-                    })
-                    .await
-                    .expect("upsert");
+                work(client.clone(), i).await;
             }
         }));
     }
     for task in tasks {
-        task.await.expect("create task");
+        task.await
+            .unwrap_or_else(|error| panic!("{what} task: {error}"));
     }
+}
+
+/// Creates every collection with its one document, 8 at a time.
+async fn create_all(client: &LatheClient<Channel>, collections: usize) {
+    on_every_collection(client, collections, "create", |mut client, i| async move {
+        let name = name_of(i);
+        client
+            .create_collection(proto::CreateCollectionRequest {
+                name: name.clone(),
+                settings: None,
+            })
+            .await
+            .expect("create collection");
+        client
+            .upsert_documents(proto::UpsertDocumentsRequest {
+                collection: name,
+                documents: vec![proto::Document {
+                    id: "only".into(),
+                    title: "A tiny document".into(),
+                    text: format!("Tenant {i} keeps one short note about its invoices."),
+                    ..Default::default()
+                }],
+                wait: true,
+            })
+            .await
+            .expect("upsert");
+    })
+    .await;
 }
 
 /// Asks every collection for its stats, 8 at a time; panics unless each has its document.
 async fn check_all(client: &LatheClient<Channel>, collections: usize) {
-    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let mut client = client.clone();
-        let next = std::sync::Arc::clone(&next);
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= collections {
-                    return;
-                }
-                let stats = client
-                    .get_collection(proto::GetCollectionRequest { name: name_of(i) })
-                    .await
-                    .expect("get collection")
-                    .into_inner()
-                    .stats
-                    .expect("stats");
-                assert_eq!(stats.documents, 1, "{} lost its document", name_of(i));
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("check task");
-    }
+    on_every_collection(client, collections, "check", |mut client, i| async move {
+        let stats = client
+            .get_collection(proto::GetCollectionRequest { name: name_of(i) })
+            .await
+            .expect("get collection")
+            .into_inner()
+            .stats
+            .expect("stats");
+        assert_eq!(stats.documents, 1, "{} lost its document", name_of(i));
+    })
+    .await;
 }
 
 fn stop(server: &mut Server) -> Duration {

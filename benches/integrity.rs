@@ -18,56 +18,43 @@
 //! with LATHE_SQUAD_DIR). Quick run: `cargo bench --bench integrity -- --warm-up-time 1
 //! --measurement-time 5`.
 
+mod common;
+
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
 use lathe::eval::Dataset;
 use lathe::index::section_key;
-use lathe::index::{CollectionIndex, DocumentRecord, SectionRecord, WriteOp};
+use lathe::index::{DocumentRecord, SectionRecord, WriteOp};
 use lathe::types::Filter;
+
+use common::{open_index, section_texts, squad_dir};
 
 const COPIES: usize = 20;
 const QUERIES: usize = 16;
 const WRITER_MEMORY: usize = 64 << 20;
-
-fn squad_dir() -> PathBuf {
-    std::env::var_os("LATHE_SQUAD_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/eval/squad-a"))
-}
 
 fn documents(dataset: &Dataset) -> Vec<DocumentRecord> {
     let mut records = Vec::new();
     for copy in 0..COPIES {
         for document in &dataset.documents {
             let doc_id = format!("{}-{copy}", document.doc_id);
-            let chars: Vec<usize> = document
-                .text
-                .char_indices()
-                .map(|(b, _)| b)
-                .chain(std::iter::once(document.text.len()))
-                .collect();
-            let sections = document
-                .sections
-                .iter()
+            let sections = section_texts(document)
+                .into_iter()
+                .zip(&document.sections)
                 .enumerate()
-                .map(|(ordinal, span)| {
-                    let start = chars[span.start as usize];
-                    let text = document.text[start..chars[span.end as usize]].to_string();
-                    SectionRecord {
-                        ordinal: ordinal as u64,
-                        heading_path: Vec::new(),
-                        sentences: Vec::new(),
-                        section_key: section_key(&doc_id, ordinal as u64, 1),
-                        text,
-                        byte_start: start as u64,
-                        char_start: span.start,
-                        sentence_vectors: Vec::new(),
-                        section_vector: Vec::new(),
-                    }
+                .map(|(ordinal, ((start, text), span))| SectionRecord {
+                    ordinal: ordinal as u64,
+                    heading_path: Vec::new(),
+                    sentences: Vec::new(),
+                    section_key: section_key(&doc_id, ordinal as u64, 1),
+                    text,
+                    byte_start: start as u64,
+                    char_start: span.start,
+                    sentence_vectors: Vec::new(),
+                    section_vector: Vec::new(),
                 })
                 .collect();
             records.push(DocumentRecord {
@@ -84,9 +71,7 @@ fn documents(dataset: &Dataset) -> Vec<DocumentRecord> {
 }
 
 fn build_index(path: &Path, dataset: &Dataset) {
-    let index =
-        CollectionIndex::open_or_create(path, WRITER_MEMORY, Duration::from_secs(3600), None)
-            .expect("create the index");
+    let index = open_index(path, WRITER_MEMORY);
     let ops = documents(dataset)
         .into_iter()
         .map(WriteOp::Upsert)
@@ -133,9 +118,7 @@ fn integrity(c: &mut Criterion) {
         bytes as f64 / 1e6
     );
 
-    let index =
-        CollectionIndex::open_or_create(&path, WRITER_MEMORY, Duration::from_secs(3600), None)
-            .expect("open the index");
+    let index = open_index(&path, WRITER_MEMORY);
     let questions: Vec<Vec<String>> = dataset
         .queries
         .iter()
@@ -174,28 +157,14 @@ fn integrity(c: &mut Criterion) {
     group.sample_size(10);
     group.bench_function("open/warm", |b| {
         b.iter(|| {
-            let index = CollectionIndex::open_or_create(
-                &path,
-                WRITER_MEMORY,
-                Duration::from_secs(3600),
-                None,
-            )
-            .expect("open");
-            index.shutdown();
+            open_index(&path, WRITER_MEMORY).shutdown();
         })
     });
     group.bench_function("open/cold", |b| {
         b.iter_batched(
             || evict(&path),
             |()| {
-                let index = CollectionIndex::open_or_create(
-                    &path,
-                    WRITER_MEMORY,
-                    Duration::from_secs(3600),
-                    None,
-                )
-                .expect("open");
-                index.shutdown();
+                open_index(&path, WRITER_MEMORY).shutdown();
             },
             BatchSize::PerIteration,
         )

@@ -17,9 +17,10 @@
 //! at ../shared/eval/squad-a; override with LATHE_MODELS_DIR and LATHE_SQUAD_DIR).
 //! Quick run: `cargo bench --bench stages -- --warm-up-time 1 --measurement-time 3`.
 
+mod common;
+
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
@@ -31,12 +32,14 @@ use lathe::query::analyze::analyze;
 use lathe::query::pack::pack;
 use lathe::query::rechunk::rechunk;
 use lathe::query::score::{score, Weights};
-use lathe::query::{term_hash, Candidate, QueryTerms, SectionAnalysis};
+use lathe::query::{term_hash, Candidate, PackedSpan, QueryTerms, SectionAnalysis};
 use lathe::service::cache::{Caches, ResultKey};
 use lathe::tokenizer::BudgetTokenizer;
 use lathe::types::{
     ChunkingSpec, Filter, ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk,
 };
+
+use common::{manifest_path, section_texts, squad_dir};
 
 const QUERIES: usize = 16;
 const SECTIONS_PER_QUERY: usize = 8;
@@ -52,12 +55,6 @@ struct Workload {
     queries: Vec<(Vec<SectionHit>, QueryTerms)>,
 }
 
-fn manifest_path(var: &str, default: &str) -> PathBuf {
-    std::env::var_os(var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(default))
-}
-
 fn analysed_terms(text: &str) -> Vec<u64> {
     let mut analyzer = lathe::index::schema::analyzer();
     let mut stream = analyzer.token_stream(text);
@@ -70,7 +67,7 @@ fn analysed_terms(text: &str) -> Vec<u64> {
 
 fn load() -> Workload {
     let models = manifest_path("LATHE_MODELS_DIR", "models");
-    let squad = manifest_path("LATHE_SQUAD_DIR", "../shared/eval/squad-a");
+    let squad = squad_dir();
     let tokenizer =
         BudgetTokenizer::resolve("minilm", &models).expect("MiniLM tokenizer in models/");
     let dataset = Dataset::load(&squad).expect("squad-a dataset");
@@ -80,16 +77,9 @@ fn load() -> Workload {
     let mut paragraphs: Vec<Vec<String>> = Vec::new();
     let mut document_frequency: HashMap<u64, u32> = HashMap::new();
     for document in &dataset.documents {
-        let chars: Vec<usize> = document
-            .text
-            .char_indices()
-            .map(|(b, _)| b)
-            .chain(std::iter::once(document.text.len()))
-            .collect();
-        let texts: Vec<String> = document
-            .sections
-            .iter()
-            .map(|s| document.text[chars[s.start as usize]..chars[s.end as usize]].to_string())
+        let texts: Vec<String> = section_texts(document)
+            .into_iter()
+            .map(|(_, text)| text)
             .collect();
         for text in &texts {
             let mut terms = analysed_terms(text);
@@ -153,9 +143,13 @@ fn options(strategy: Strategy, max_size: u32) -> ChunkOptions {
     }
 }
 
-fn stages(c: &mut Criterion) {
-    let workload = load();
-    let caches = Caches::new(64 << 20, 256 << 20);
+/// Every query's section analyses (through `caches`), and its candidates cut by
+/// `sentence-128` and scored: the inputs of the later stages.
+fn analysed_and_scored(
+    workload: &Workload,
+    caches: &Caches,
+    sentence_128: &ChunkOptions,
+) -> (Vec<Vec<Arc<SectionAnalysis>>>, Vec<Vec<Candidate>>) {
     let analyses: Vec<Vec<Arc<SectionAnalysis>>> = workload
         .queries
         .iter()
@@ -168,21 +162,39 @@ fn stages(c: &mut Criterion) {
             .0
         })
         .collect();
-    let sentence_128 = options(Strategy::Sentence, 128);
     let scored: Vec<Vec<Candidate>> = workload
         .queries
         .iter()
         .zip(&analyses)
         .map(|((hits, terms), analyses)| {
-            let mut candidates = rechunk(hits, analyses, &sentence_128, Default::default());
+            let mut candidates = rechunk(hits, analyses, sentence_128, Default::default());
             score(&mut candidates, hits, analyses, terms, None, WEIGHTS);
             candidates
         })
         .collect();
+    (analyses, scored)
+}
+
+fn stages(c: &mut Criterion) {
+    let workload = load();
+    let caches = Caches::new(64 << 20, 256 << 20);
+    let sentence_128 = options(Strategy::Sentence, 128);
+    let (analyses, scored) = analysed_and_scored(&workload, &caches, &sentence_128);
 
     let mut group = c.benchmark_group("stages");
     group.throughput(Throughput::Elements(QUERIES as u64));
+    bench_analyze(&mut group, &workload, &caches);
+    bench_rechunk(&mut group, &workload, &analyses, &sentence_128);
+    bench_score(&mut group, &workload, &analyses, &sentence_128);
+    bench_pack(&mut group, &workload, &analyses, &scored);
+    bench_result_cache_hit(&mut group, &workload, &caches, &analyses, &scored);
+    group.finish();
+}
 
+type Group<'a> = criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>;
+
+/// `analyze/cold` (a fresh section cache per batch) and `analyze/section_cache_hit`.
+fn bench_analyze(group: &mut Group, workload: &Workload, caches: &Caches) {
     group.bench_function("analyze/cold", |b| {
         b.iter_batched(
             || Caches::new(1 << 20, 256 << 20),
@@ -209,6 +221,15 @@ fn stages(c: &mut Criterion) {
             }
         })
     });
+}
+
+/// `rechunk/<strategy>-<max>` for sentence and fixed cuts of 128 and 64 tokens.
+fn bench_rechunk(
+    group: &mut Group,
+    workload: &Workload,
+    analyses: &[Vec<Arc<SectionAnalysis>>],
+    sentence_128: &ChunkOptions,
+) {
     for (name, chunk_options) in [
         ("rechunk/sentence-128", sentence_128.clone()),
         ("rechunk/sentence-64", options(Strategy::Sentence, 64)),
@@ -217,24 +238,33 @@ fn stages(c: &mut Criterion) {
     ] {
         group.bench_function(name, |b| {
             b.iter(|| {
-                for ((hits, _), analyses) in workload.queries.iter().zip(&analyses) {
+                for ((hits, _), analyses) in workload.queries.iter().zip(analyses) {
                     black_box(rechunk(hits, analyses, &chunk_options, Default::default()));
                 }
             })
         });
     }
+}
+
+/// `score/sentence-128`: scoring fresh copies of the unscored candidates.
+fn bench_score(
+    group: &mut Group,
+    workload: &Workload,
+    analyses: &[Vec<Arc<SectionAnalysis>>],
+    sentence_128: &ChunkOptions,
+) {
     let unscored: Vec<Vec<Candidate>> = workload
         .queries
         .iter()
-        .zip(&analyses)
-        .map(|((hits, _), analyses)| rechunk(hits, analyses, &sentence_128, Default::default()))
+        .zip(analyses)
+        .map(|((hits, _), analyses)| rechunk(hits, analyses, sentence_128, Default::default()))
         .collect();
     group.bench_function("score/sentence-128", |b| {
         b.iter_batched(
             || unscored.clone(),
             |mut all| {
                 for (((hits, terms), analyses), candidates) in
-                    workload.queries.iter().zip(&analyses).zip(all.iter_mut())
+                    workload.queries.iter().zip(analyses).zip(all.iter_mut())
                 {
                     score(candidates, hits, analyses, terms, None, WEIGHTS);
                 }
@@ -243,11 +273,20 @@ fn stages(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+}
+
+/// `pack/<budget>` for budgets of 128, 512 and 1024 tokens.
+fn bench_pack(
+    group: &mut Group,
+    workload: &Workload,
+    analyses: &[Vec<Arc<SectionAnalysis>>],
+    scored: &[Vec<Candidate>],
+) {
     for budget in [128u32, 512, 1024] {
         group.bench_function(format!("pack/{budget}"), |b| {
             b.iter(|| {
                 for (((hits, _), analyses), candidates) in
-                    workload.queries.iter().zip(&analyses).zip(&scored)
+                    workload.queries.iter().zip(analyses).zip(scored)
                 {
                     black_box(pack(
                         candidates,
@@ -260,58 +299,36 @@ fn stages(c: &mut Criterion) {
             })
         });
     }
+}
 
-    // Whole answers in the result cache, keyed as the service keys them.
+/// `result_cache_hit`: whole answers (budget 512) put in the result cache, keyed as the service
+/// keys them, then looked up and cloned.
+fn bench_result_cache_hit(
+    group: &mut Group,
+    workload: &Workload,
+    caches: &Caches,
+    analyses: &[Vec<Arc<SectionAnalysis>>],
+    scored: &[Vec<Candidate>],
+) {
     let keys: Vec<ResultKey> = workload
         .queries
         .iter()
         .enumerate()
-        .zip(&analyses)
-        .zip(&scored)
+        .zip(analyses)
+        .zip(scored)
         .map(|(((i, (hits, _)), analyses), candidates)| {
             let spans = pack(candidates, hits, analyses, 512, &workload.tokenizer);
-            let chunks = spans
-                .iter()
-                .map(|span| {
-                    let hit = &hits[span.hit_index as usize];
-                    let text = hit.text[span.start as usize..span.end as usize].to_string();
-                    RetrievedChunk {
-                        doc_id: hit.doc_id.clone(),
-                        section_ordinal: hit.ordinal,
-                        heading_path: Vec::new(),
-                        doc_title: hit.doc_title.clone(),
-                        bytes: span.start as u64..span.end as u64,
-                        chars: 0..text.chars().count() as u64,
-                        text,
-                        context: String::new(),
-                        token_count: span.token_count,
-                        score: span.score,
-                        parts: span.parts,
-                        strategy: span.strategy,
-                        metadata: Default::default(),
-                    }
-                })
-                .collect();
-            let key = ResultKey {
-                incarnation: 1,
-                generation: 1,
-                query: RetrieveQuery {
-                    collection: "squad".into(),
-                    query: format!("question {i}"),
-                    top_k: 8,
-                    token_budget: 512,
-                    chunking: ChunkingSpec::default(),
-                    filter: Filter::default(),
-                    order: ResultOrder::Score,
-                },
-            };
             let result = RetrieveResult {
-                chunks,
+                chunks: spans
+                    .iter()
+                    .map(|span| retrieved_chunk(hits, span))
+                    .collect(),
                 tokens_used: spans.iter().map(|s| s.token_count).sum(),
                 token_budget: 512,
                 generation: 1,
                 ..Default::default()
             };
+            let key = result_key(i);
             caches.results.insert(key.clone(), Arc::new(result));
             key
         })
@@ -326,7 +343,44 @@ fn stages(c: &mut Criterion) {
             }
         })
     });
-    group.finish();
+}
+
+/// The answer chunk the assemble stage makes of a packed span.
+fn retrieved_chunk(hits: &[SectionHit], span: &PackedSpan) -> RetrievedChunk {
+    let hit = &hits[span.hit_index as usize];
+    let text = hit.text[span.start as usize..span.end as usize].to_string();
+    RetrievedChunk {
+        doc_id: hit.doc_id.clone(),
+        section_ordinal: hit.ordinal,
+        heading_path: Vec::new(),
+        doc_title: hit.doc_title.clone(),
+        bytes: span.start as u64..span.end as u64,
+        chars: 0..text.chars().count() as u64,
+        text,
+        context: String::new(),
+        token_count: span.token_count,
+        score: span.score,
+        parts: span.parts,
+        strategy: span.strategy,
+        metadata: Default::default(),
+    }
+}
+
+/// The result-cache key of query `i` (budget 512, top 8).
+fn result_key(i: usize) -> ResultKey {
+    ResultKey {
+        incarnation: 1,
+        generation: 1,
+        query: RetrieveQuery {
+            collection: "squad".into(),
+            query: format!("question {i}"),
+            top_k: 8,
+            token_budget: 512,
+            chunking: ChunkingSpec::default(),
+            filter: Filter::default(),
+            order: ResultOrder::Score,
+        },
+    }
 }
 
 criterion_group!(benches, stages);

@@ -296,6 +296,15 @@ pub struct ConfigOverrides {
 #[error("configuration: {0}")]
 pub struct ConfigError(String);
 
+/// `Ok` when `ok` holds, else the error `message` (which names the field and its range).
+fn check(ok: bool, message: &str) -> Result<(), ConfigError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError(message.to_string()))
+    }
+}
+
 impl Config {
     /// Defaults, then `file` (when given), then `LATHE_*` variables, then `overrides`.
     pub fn load(file: Option<&Path>, overrides: &ConfigOverrides) -> Result<Self, ConfigError> {
@@ -345,14 +354,20 @@ impl Config {
         Ok(config)
     }
 
+    /// Checks every section; the first value out of range is the error, named `section.field`
+    /// with the range it must lie in.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let check = |ok: bool, message: &str| {
-            if ok {
-                Ok(())
-            } else {
-                Err(ConfigError(message.to_string()))
-            }
-        };
+        self.validate_server()?;
+        self.validate_storage()?;
+        self.validate_limits()?;
+        self.validate_retrieval()?;
+        self.validate_models()?;
+        self.validate_tls()?;
+        self.validate_listeners_and_log()
+    }
+
+    /// `server`: concurrency and the request timeout.
+    fn validate_server(&self) -> Result<(), ConfigError> {
         check(
             self.server.max_concurrent_requests >= 1,
             "server.max_concurrent_requests must be at least 1",
@@ -361,6 +376,11 @@ impl Config {
             self.server.request_timeout_ms >= 1,
             "server.request_timeout_ms must be at least 1",
         )?;
+        Ok(())
+    }
+
+    /// `storage`: commit interval and the writers (tantivy bounds the memory of one).
+    fn validate_storage(&self) -> Result<(), ConfigError> {
         check(
             self.storage.commit_interval_ms >= 1,
             "storage.commit_interval_ms must be at least 1",
@@ -385,6 +405,11 @@ impl Config {
             self.storage.writer_idle_ms >= 1,
             "storage.writer_idle_ms must be at least 1",
         )?;
+        Ok(())
+    }
+
+    /// `limits`: every limit admits at least one of its unit.
+    fn validate_limits(&self) -> Result<(), ConfigError> {
         check(
             self.limits.max_message_bytes >= 1024,
             "limits.max_message_bytes must be at least 1024",
@@ -409,6 +434,11 @@ impl Config {
             self.limits.max_sections_per_document >= 1,
             "limits.max_sections_per_document must be at least 1",
         )?;
+        Ok(())
+    }
+
+    /// `retrieval`: defaults within their limits, weights finite and not negative.
+    fn validate_retrieval(&self) -> Result<(), ConfigError> {
         check(
             (1..=self.limits.max_top_k).contains(&self.retrieval.default_top_k),
             "retrieval.default_top_k must be in 1..=limits.max_top_k",
@@ -434,10 +464,20 @@ impl Config {
             retrieval.rrf_k.is_finite() && retrieval.rrf_k >= 0.0,
             "retrieval.rrf_k must be finite and not negative",
         )?;
+        Ok(())
+    }
+
+    /// `models`: at least one inference thread.
+    fn validate_models(&self) -> Result<(), ConfigError> {
         check(
             self.models.inference_threads >= 1,
             "models.inference_threads must be at least 1",
         )?;
+        Ok(())
+    }
+
+    /// `tls`: certificate and key together; a client CA only with them.
+    fn validate_tls(&self) -> Result<(), ConfigError> {
         if self.tls.enabled() {
             check(
                 !self.tls.cert_file.is_empty() && !self.tls.key_file.is_empty(),
@@ -448,6 +488,11 @@ impl Config {
             self.tls.client_ca_file.is_empty() || self.tls.enabled(),
             "tls.client_ca_file needs tls.cert_file and tls.key_file",
         )?;
+        Ok(())
+    }
+
+    /// The side listeners (metrics, health) and the OTLP export, in the order they were checked.
+    fn validate_listeners_and_log(&self) -> Result<(), ConfigError> {
         if !self.server.metrics_listen.is_empty() {
             check(
                 self.server.metrics_listen.parse::<SocketAddr>().is_ok(),

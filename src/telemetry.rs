@@ -3,6 +3,7 @@
 //! collections by state, per-collection sizes and faults, and the index writers open (read at
 //! scrape time).
 
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -34,115 +35,174 @@ pub struct Metrics {
     pub index_writer_evictions: IntCounter,
 }
 
-impl Metrics {
-    pub fn new() -> Self {
-        let registry = Registry::new_custom(Some("lathe".into()), None)
-            .expect("static registry options are valid");
-        let histogram = |name: &str, help: &str, labels: &[&str]| {
-            HistogramVec::new(
-                HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
-                labels,
-            )
-            .expect("static metric")
-        };
-        let counter = |name: &str, help: &str, labels: &[&str]| {
-            IntCounterVec::new(Opts::new(name, help), labels).expect("static metric")
-        };
-        let gauge = |name: &str, help: &str, labels: &[&str]| {
-            IntGaugeVec::new(Opts::new(name, help), labels).expect("static metric")
-        };
-        let metrics = Self {
+/// Registers `collector` in `registry` and hands it back; each metric is registered once, with a
+/// static name, so registering cannot fail.
+fn register<C: Collector + Clone + 'static>(registry: &Registry, collector: C) -> C {
+    registry
+        .register(Box::new(collector.clone()))
+        .expect("each metric is registered once");
+    collector
+}
+
+/// A latency histogram (seconds, [`LATENCY_BUCKETS`]) with `labels`, registered.
+fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let options = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+    register(
+        registry,
+        HistogramVec::new(options, labels).expect("static metric"),
+    )
+}
+
+/// A counter with `labels`, registered.
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(
+        registry,
+        IntCounterVec::new(Opts::new(name, help), labels).expect("static metric"),
+    )
+}
+
+/// A gauge with `labels`, registered.
+fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    register(
+        registry,
+        IntGaugeVec::new(Opts::new(name, help), labels).expect("static metric"),
+    )
+}
+
+/// The gRPC family: requests by RPC and code, latency by RPC, requests in flight.
+struct RequestMetrics {
+    requests: IntCounterVec,
+    request_seconds: HistogramVec,
+    in_flight: IntGauge,
+}
+
+impl RequestMetrics {
+    fn register(registry: &Registry) -> Self {
+        Self {
             requests: counter(
+                registry,
                 "requests_total",
                 "gRPC requests by RPC and status code",
                 &["rpc", "code"],
             ),
             request_seconds: histogram(
+                registry,
                 "request_duration_seconds",
                 "gRPC request latency by RPC",
                 &["rpc"],
             ),
+            in_flight: register(
+                registry,
+                IntGauge::new("requests_in_flight", "gRPC requests being served")
+                    .expect("static metric"),
+            ),
+        }
+    }
+}
+
+/// The pipeline family: stage latency, cache lookups, embedding batches.
+struct PipelineMetrics {
+    stage_seconds: HistogramVec,
+    cache_lookups: IntCounterVec,
+    embedding_batches: IntCounterVec,
+    embedding_batch_seconds: HistogramVec,
+}
+
+impl PipelineMetrics {
+    fn register(registry: &Registry) -> Self {
+        Self {
             stage_seconds: histogram(
+                registry,
                 "stage_duration_seconds",
                 "Retrieve pipeline stage latency",
                 &["stage"],
             ),
             cache_lookups: counter(
+                registry,
                 "cache_lookups_total",
                 "Cache lookups by cache and result",
                 &["cache", "result"],
             ),
-            in_flight: IntGauge::new("requests_in_flight", "gRPC requests being served")
-                .expect("static metric"),
             embedding_batches: counter(
+                registry,
                 "embedding_batches_total",
                 "Embedding model batches by model",
                 &["model"],
             ),
             embedding_batch_seconds: histogram(
+                registry,
                 "embedding_batch_duration_seconds",
                 "Embedding batch latency",
                 &["model"],
             ),
-            collection_documents: gauge(
-                "collection_documents",
-                "Documents per collection",
-                &["collection"],
-            ),
-            collection_sections: gauge(
-                "collection_sections",
-                "Sections per collection",
-                &["collection"],
-            ),
-            collection_bytes: gauge(
-                "collection_bytes",
-                "Document text bytes per collection",
-                &["collection"],
-            ),
-            collections: gauge(
+        }
+    }
+}
+
+/// The collection family: sizes and state per collection, read at scrape time.
+struct CollectionMetrics {
+    documents: IntGaugeVec,
+    sections: IntGaugeVec,
+    bytes: IntGaugeVec,
+    by_state: IntGaugeVec,
+    damaged: IntGaugeVec,
+}
+
+impl CollectionMetrics {
+    fn register(registry: &Registry) -> Self {
+        let per_collection = |name: &str, help: &str| gauge(registry, name, help, &["collection"]);
+        Self {
+            documents: per_collection("collection_documents", "Documents per collection"),
+            sections: per_collection("collection_sections", "Sections per collection"),
+            bytes: per_collection("collection_bytes", "Document text bytes per collection"),
+            by_state: gauge(
+                registry,
                 "collections",
                 "Collections by state (ready, damaged, offline)",
                 &["state"],
             ),
-            collection_damaged: gauge(
+            damaged: per_collection(
                 "collection_damaged",
                 "1 when the collection cannot serve (damaged or offline; ListCollections gives the file and the cause), else 0",
-                &["collection"],
             ),
-            index_writers_open: IntGauge::new(
-                "index_writers_open",
-                "Collections holding an open index writer (at most storage.max_open_writers)",
-            )
-            .expect("static metric"),
-            index_writer_evictions: IntCounter::new(
-                "index_writer_evictions_total",
-                "Index writers committed and closed to make room for another collection's",
-            )
-            .expect("static metric"),
-            registry,
-        };
-        for collector in [
-            Box::new(metrics.requests.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(metrics.request_seconds.clone()),
-            Box::new(metrics.stage_seconds.clone()),
-            Box::new(metrics.cache_lookups.clone()),
-            Box::new(metrics.in_flight.clone()),
-            Box::new(metrics.embedding_batches.clone()),
-            Box::new(metrics.embedding_batch_seconds.clone()),
-            Box::new(metrics.collection_documents.clone()),
-            Box::new(metrics.collection_sections.clone()),
-            Box::new(metrics.collection_bytes.clone()),
-            Box::new(metrics.collections.clone()),
-            Box::new(metrics.collection_damaged.clone()),
-            Box::new(metrics.index_writers_open.clone()),
-            Box::new(metrics.index_writer_evictions.clone()),
-        ] {
-            metrics
-                .registry
-                .register(collector)
-                .expect("each metric is registered once");
         }
-        metrics
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new_custom(Some("lathe".into()), None)
+            .expect("static registry options are valid");
+        let request = RequestMetrics::register(&registry);
+        let pipeline = PipelineMetrics::register(&registry);
+        let collection = CollectionMetrics::register(&registry);
+        let index_writers_open = IntGauge::new(
+            "index_writers_open",
+            "Collections holding an open index writer (at most storage.max_open_writers)",
+        )
+        .expect("static metric");
+        let index_writer_evictions = IntCounter::new(
+            "index_writer_evictions_total",
+            "Index writers committed and closed to make room for another collection's",
+        )
+        .expect("static metric");
+        Self {
+            requests: request.requests,
+            request_seconds: request.request_seconds,
+            in_flight: request.in_flight,
+            stage_seconds: pipeline.stage_seconds,
+            cache_lookups: pipeline.cache_lookups,
+            embedding_batches: pipeline.embedding_batches,
+            embedding_batch_seconds: pipeline.embedding_batch_seconds,
+            collection_documents: collection.documents,
+            collection_sections: collection.sections,
+            collection_bytes: collection.bytes,
+            collections: collection.by_state,
+            collection_damaged: collection.damaged,
+            index_writers_open: register(&registry, index_writers_open),
+            index_writer_evictions: register(&registry, index_writer_evictions),
+            registry,
+        }
     }
 
     /// The text exposition format.

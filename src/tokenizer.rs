@@ -35,8 +35,7 @@ pub const MAX_CALL_BYTES: usize = 32 << 10;
 /// Longest run handed to an embedder's tokenizer whole (see [`encode_in_calls`]).
 pub const EMBEDDER_MAX_RUN_BYTES: usize = MAX_CALL_BYTES / 2;
 
-/// Name of the default budget tokenizer: the tokenizer.json of all-MiniLM-L6-v2.
-pub const DEFAULT_TOKENIZER: &str = "minilm";
+pub use crate::types::DEFAULT_TOKENIZER;
 pub const MINILM_TOKENIZER_PATH: &str = "minilm/tokenizer.json";
 
 /// A tokenizer that counts tokens and gives their byte offsets, without special tokens.

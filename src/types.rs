@@ -1,12 +1,99 @@
-//! Domain types shared by the service and the pipeline. Proto types never reach past `api`; these
-//! are what the service layer speaks.
+//! Domain types shared by every layer below the edge: the service, the pipelines, the chunker and
+//! the index. Proto types never reach past `api`; these are what the service layer speaks. A leaf:
+//! it imports nothing of the crate above it, so the chunker and the tokenizer take
+//! their enums and the default tokenizer name from here.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-// Re-exported: the edge names chunking strategies and units through the domain types, not
-// through the chunker (which defines them).
-pub use crate::chunk::{Strategy, Unit};
+/// Name of the default budget tokenizer: the tokenizer.json of all-MiniLM-L6-v2.
+pub const DEFAULT_TOKENIZER: &str = "minilm";
+
+/// How a section is cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// Windows of `max_size` tokens, words or chars with `overlap`.
+    Fixed,
+    /// Whole sentences packed up to `max_size` tokens, overlapping by whole trailing sentences.
+    Sentence,
+    /// LangChain-style recursive separator splitting with token overlap.
+    Recursive,
+    /// Markdown aware: headings start chunks; code, tables and lists stay whole when they fit.
+    Structure,
+    /// Looks at the section and routes to `Csv`, `Code`, `Structure` or `Sentence`.
+    Auto,
+    /// Breakpoints between sentences from stored sentence similarities.
+    Semantic,
+    /// (Added) CSV/TSV: groups of whole rows, the header row reported in `ChunkSpan::header`.
+    Csv,
+    /// (Added) Source code: top-level blocks (functions, classes) found by indentation and braces.
+    Code,
+}
+
+impl Strategy {
+    /// Every strategy, in the order of the proto enum.
+    pub const ALL: [Strategy; 8] = [
+        Strategy::Fixed,
+        Strategy::Sentence,
+        Strategy::Recursive,
+        Strategy::Structure,
+        Strategy::Auto,
+        Strategy::Semantic,
+        Strategy::Csv,
+        Strategy::Code,
+    ];
+
+    /// The lowercase name stored in a collection's settings and accepted on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Fixed => "fixed",
+            Strategy::Sentence => "sentence",
+            Strategy::Recursive => "recursive",
+            Strategy::Structure => "structure",
+            Strategy::Auto => "auto",
+            Strategy::Semantic => "semantic",
+            Strategy::Csv => "csv",
+            Strategy::Code => "code",
+        }
+    }
+
+    /// The strategy called `name` (see [`Strategy::name`]); `None` for any other text.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|strategy| strategy.name() == name)
+    }
+}
+
+/// The unit of `max_size` and `overlap` for [`Strategy::Fixed`]; other strategies count tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Unit {
+    #[default]
+    Tokens,
+    /// UAX #29 words (segments holding a letter or digit).
+    Words,
+    /// Unicode scalar values.
+    Chars,
+}
+
+/// LangChain `SemanticChunker` breakpoint rules over distances `1 - similarity`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SemanticThreshold {
+    /// Break where the distance exceeds this percentile of all distances (default 95).
+    Percentile(f32),
+    /// Break where the distance exceeds mean + amount × standard deviation (default 3).
+    StdDev(f32),
+    /// Break where the distance exceeds mean + amount × interquartile range (default 1.5).
+    Interquartile(f32),
+    /// Break where the distance gradient exceeds this percentile of the gradient (default 95).
+    Gradient(f32),
+}
+
+impl Default for SemanticThreshold {
+    fn default() -> Self {
+        Self::Percentile(95.0)
+    }
+}
 
 /// Separator of a metadata term `key\u{1f}value` (ASCII unit separator: never typed by users);
 /// a metadata key must not hold it, or two different pairs would be one term.
@@ -73,8 +160,8 @@ pub enum SemanticKind {
 }
 
 impl SemanticRule {
-    pub fn threshold(self) -> crate::chunk::SemanticThreshold {
-        use crate::chunk::SemanticThreshold as T;
+    pub fn threshold(self) -> SemanticThreshold {
+        use SemanticThreshold as T;
         let amount = f32::from_bits(self.amount_bits);
         match self.kind {
             SemanticKind::Percentile => T::Percentile(amount),
@@ -97,7 +184,7 @@ pub const DEFAULT_SECTION_TOKENS: u32 = 1024;
 impl Default for CollectionSettings {
     fn default() -> Self {
         Self {
-            budget_tokenizer: crate::tokenizer::DEFAULT_TOKENIZER.to_string(),
+            budget_tokenizer: DEFAULT_TOKENIZER.to_string(),
             default_chunking: ChunkingSpec::default(),
             section_tokens: DEFAULT_SECTION_TOKENS,
         }

@@ -196,16 +196,26 @@ fn metric(body: &str, series: &str) -> Option<i64> {
         .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
 }
 
-/// The catalog's ERROR line of the startup log about `collection` (a damaged index file also
-/// gets one from the checksum check before it), which must name `file`.
+/// The catalog's ERROR line of the startup log about `collection`, which must name `file`: the
+/// only ERROR line about it (a damaged index file is not logged again by the checksum check that
+/// found it).
 fn assert_logged(startup_log: &[String], collection: &str, file: &str) {
-    let line = startup_log
+    let error_lines: Vec<&String> = startup_log
         .iter()
-        .find(|line| {
-            line.contains(&format!("\"collection\":\"{collection}\""))
-                && line.contains("\"ERROR\"")
-                && line.contains("collection cannot be opened")
+        .filter(|line| {
+            line.contains(&format!("\"collection\":\"{collection}\"")) && line.contains("\"ERROR\"")
         })
+        .collect();
+    assert_eq!(
+        error_lines.len(),
+        1,
+        "one ERROR line about {collection}, not {}:\n{}",
+        error_lines.len(),
+        startup_log.join("\n")
+    );
+    let line = error_lines
+        .into_iter()
+        .find(|line| line.contains("collection cannot be opened"))
         .unwrap_or_else(|| {
             panic!(
                 "no ERROR line names {collection}; startup log:\n{}",

@@ -16,7 +16,10 @@ use ort::session::Session;
 use ort::value::TensorRef;
 use tokenizers::Tokenizer;
 
-use super::{l2_normalize, validate_sentence_ranges, EmbedError, Embedder, FineMode, VectorMatrix};
+use super::{
+    l2_normalize, open_unpadded_tokenizer, validate_sentence_ranges, EmbedError, Embedder,
+    FineMode, VectorMatrix,
+};
 use crate::tokenizer::EncodedText;
 use crate::tokens::TokenOffsets;
 
@@ -151,17 +154,8 @@ impl MiniLmEmbedder {
             ));
         }
         let environment = ort_environment(&config.onnxruntime_library_path)?;
-        let mut tokenizer = Tokenizer::from_file(&config.tokenizer_path).map_err(|error| {
-            EmbedError::TokenizerFile {
-                path: config.tokenizer_path.clone(),
-                message: error.to_string(),
-            }
-        })?;
         // The shipped tokenizer pads and truncates to 128; batching and truncation happen here.
-        tokenizer.with_padding(None);
-        tokenizer
-            .with_truncation(None)
-            .map_err(EmbedError::tokenize)?;
+        let tokenizer = open_unpadded_tokenizer(&config.tokenizer_path)?;
         let special_id = |token: &str| {
             tokenizer
                 .token_to_id(token)
@@ -266,37 +260,18 @@ impl MiniLmEmbedder {
             if crate::cpu_pool::current_job_abandoned() {
                 return Err(EmbedError::Abandoned);
             }
-            // Sorted ascending, so the last sequence taken sets the padded length.
-            let mut batch_end = batch_start;
-            while batch_end < order.len()
-                && batch_end - batch_start < self.config.max_batch_sequences
-            {
-                let padded_len = sequences[order[batch_end]].content_ids.len() + 2;
-                if batch_end > batch_start
-                    && (batch_end - batch_start + 1) * padded_len > self.config.max_batch_tokens
-                {
-                    break;
-                }
-                batch_end += 1;
-            }
+            let batch_end = self.batch_end(sequences, &order, batch_start);
             let batch = &order[batch_start..batch_end];
+            // Sorted ascending, so the last sequence taken sets the padded length.
             let padded_len = sequences[order[batch_end - 1]].content_ids.len() + 2;
-
-            input_ids.clear();
-            attention_mask.clear();
-            input_ids.resize(batch.len() * padded_len, 0);
-            attention_mask.resize(batch.len() * padded_len, 0);
+            self.fill_batch_inputs(
+                sequences,
+                batch,
+                padded_len,
+                &mut input_ids,
+                &mut attention_mask,
+            );
             token_type_ids.resize(batch.len() * padded_len, 0);
-            for (row, &sequence_index) in batch.iter().enumerate() {
-                let content = sequences[sequence_index].content_ids;
-                let ids_row = &mut input_ids[row * padded_len..(row + 1) * padded_len];
-                ids_row[0] = self.cls_token_id;
-                for (slot, &id) in ids_row[1..].iter_mut().zip(content) {
-                    *slot = i64::from(id);
-                }
-                ids_row[content.len() + 1] = self.sep_token_id;
-                attention_mask[row * padded_len..row * padded_len + content.len() + 2].fill(1);
-            }
 
             let shape = [batch.len(), padded_len];
             let inputs = ort::inputs![
@@ -331,6 +306,50 @@ impl MiniLmEmbedder {
             batch_start = batch_end;
         }
         Ok(())
+    }
+
+    /// End (exclusive, into `order`) of the batch starting at `batch_start`: at most
+    /// `max_batch_sequences` sequences whose padded size stays within `max_batch_tokens` (one
+    /// sequence always goes, whatever its length). `order` sorts the sequences by length, so the
+    /// last one taken sets the padded length.
+    fn batch_end(&self, sequences: &[Sequence<'_>], order: &[usize], batch_start: usize) -> usize {
+        let mut batch_end = batch_start;
+        while batch_end < order.len() && batch_end - batch_start < self.config.max_batch_sequences {
+            let padded_len = sequences[order[batch_end]].content_ids.len() + 2;
+            if batch_end > batch_start
+                && (batch_end - batch_start + 1) * padded_len > self.config.max_batch_tokens
+            {
+                break;
+            }
+            batch_end += 1;
+        }
+        batch_end
+    }
+
+    /// Writes the model inputs of `batch` (indexes into `sequences`) as rows of `padded_len`:
+    /// `[CLS] content [SEP]` then padding, with an attention mask of 1 over the real tokens.
+    fn fill_batch_inputs(
+        &self,
+        sequences: &[Sequence<'_>],
+        batch: &[usize],
+        padded_len: usize,
+        input_ids: &mut Vec<i64>,
+        attention_mask: &mut Vec<i64>,
+    ) {
+        input_ids.clear();
+        attention_mask.clear();
+        input_ids.resize(batch.len() * padded_len, 0);
+        attention_mask.resize(batch.len() * padded_len, 0);
+        for (row, &sequence_index) in batch.iter().enumerate() {
+            let content = sequences[sequence_index].content_ids;
+            let ids_row = &mut input_ids[row * padded_len..(row + 1) * padded_len];
+            ids_row[0] = self.cls_token_id;
+            for (slot, &id) in ids_row[1..].iter_mut().zip(content) {
+                *slot = i64::from(id);
+            }
+            ids_row[content.len() + 1] = self.sep_token_id;
+            attention_mask[row * padded_len..row * padded_len + content.len() + 2].fill(1);
+        }
     }
 
     /// Embeds texts given as token id lists (already truncated), mean-pooling every row of the
@@ -380,10 +399,7 @@ impl MiniLmEmbedder {
         &self,
         sections: &[(&str, &[Range<usize>])],
     ) -> Result<Vec<VectorMatrix>, EmbedError> {
-        let mut matrices: Vec<VectorMatrix> = sections
-            .iter()
-            .map(|(_, sentences)| VectorMatrix::zeros(MINILM_DIM, sentences.len()))
-            .collect();
+        let mut matrices = zero_matrices(sections);
         let mut encodings = Vec::new();
         let mut targets = Vec::new();
         for (section_index, (text, sentences)) in sections.iter().enumerate() {
@@ -410,10 +426,7 @@ impl MiniLmEmbedder {
         &self,
         sections: &[(&str, &[Range<usize>])],
     ) -> Result<Vec<VectorMatrix>, EmbedError> {
-        let mut matrices: Vec<VectorMatrix> = sections
-            .iter()
-            .map(|(_, sentences)| VectorMatrix::zeros(MINILM_DIM, sentences.len()))
-            .collect();
+        let mut matrices = zero_matrices(sections);
         let mut encodings = Vec::with_capacity(sections.len());
         let mut sentence_tokens: Vec<Vec<Range<usize>>> = Vec::with_capacity(sections.len());
         let mut windows: Vec<(usize, LateChunkingWindow)> = Vec::new();
@@ -567,6 +580,15 @@ impl Embedder for MiniLmEmbedder {
     ) -> Result<Vec<VectorMatrix>, EmbedError> {
         self.batched_sentence_vectors(sections, mode)
     }
+}
+
+/// One zero matrix per section, a row per sentence: the rows an embedding fills (a sentence
+/// without tokens keeps its zero row).
+fn zero_matrices(sections: &[(&str, &[Range<usize>])]) -> Vec<VectorMatrix> {
+    sections
+        .iter()
+        .map(|(_, sentences)| VectorMatrix::zeros(MINILM_DIM, sentences.len()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ mod quantized;
 mod static_vectors;
 
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub use minilm::{ort_environment, MiniLmConfig, MiniLmEmbedder};
 pub use quantized::QuantizedVectors;
@@ -182,6 +182,21 @@ pub trait Embedder: Send + Sync {
     fn embed_query(&self, query: &str) -> Result<Vec<f32>, EmbedError> {
         Ok(self.embed_texts(&[query])?.into_values())
     }
+}
+
+/// Opens an embedder's tokenizer.json with its padding and truncation off: the embedders batch
+/// and truncate themselves (the shipped MiniLM file pads and truncates to 128).
+pub(crate) fn open_unpadded_tokenizer(path: &Path) -> Result<tokenizers::Tokenizer, EmbedError> {
+    let mut tokenizer =
+        tokenizers::Tokenizer::from_file(path).map_err(|error| EmbedError::TokenizerFile {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        })?;
+    tokenizer.with_padding(None);
+    tokenizer
+        .with_truncation(None)
+        .map_err(EmbedError::tokenize)?;
+    Ok(tokenizer)
 }
 
 /// Checks that every range is a char-aligned range of `text`.

@@ -8,7 +8,10 @@ use half::f16;
 use safetensors::{Dtype, SafeTensors};
 use tokenizers::Tokenizer;
 
-use super::{l2_normalize, validate_sentence_ranges, EmbedError, Embedder, FineMode, VectorMatrix};
+use super::{
+    l2_normalize, open_unpadded_tokenizer, validate_sentence_ranges, EmbedError, Embedder,
+    FineMode, VectorMatrix,
+};
 
 /// Name of the embedding table inside the wordllama safetensors file.
 const EMBEDDING_TENSOR_NAME: &str = "embedding.weight";
@@ -86,15 +89,7 @@ impl StaticEmbedder {
             )));
         }
 
-        let mut tokenizer =
-            Tokenizer::from_file(tokenizer_path).map_err(|error| EmbedError::TokenizerFile {
-                path: PathBuf::from(tokenizer_path),
-                message: error.to_string(),
-            })?;
-        tokenizer.with_padding(None);
-        tokenizer
-            .with_truncation(None)
-            .map_err(EmbedError::tokenize)?;
+        let tokenizer = open_unpadded_tokenizer(tokenizer_path)?;
         Ok(Self {
             tokenizer,
             dim,

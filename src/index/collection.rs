@@ -90,9 +90,10 @@ impl CollectionIndex {
     ) -> Result<Self> {
         let (schema, fields) = schema::build_schema();
         std::fs::create_dir_all(path).map_err(|e| storage::io_write_error(name, path, &e))?;
-        let integrity = Integrity::new(name);
+        let integrity = Integrity::opening(name);
         let index = open_verified_index(path, name, schema, &integrity)?;
         let reader = open_verified_reader(&index, name, &integrity)?;
+        integrity.opened();
         let generation = index.load_metas()?.opstamp;
         let first_snapshot = Snapshot::new(reader.searcher(), generation);
         let dense = match dense_dim {

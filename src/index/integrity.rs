@@ -46,6 +46,9 @@ struct Findings {
     seen: HashSet<String>,
     /// Distinct findings, including those no longer kept word for word.
     count: usize,
+    /// While the collection opens, findings are not logged: any of them refuses the open, and
+    /// the catalog logs that once, naming the file and the cause.
+    opening: bool,
 }
 
 impl Integrity {
@@ -54,6 +57,26 @@ impl Integrity {
             collection: collection.into(),
             findings: Mutex::new(Findings::default()),
         })
+    }
+
+    /// An `Integrity` for a collection being opened: its findings are kept but not logged
+    /// until [`Integrity::opened`] (a finding refuses the open, which the catalog logs).
+    pub fn opening(collection: impl Into<String>) -> Arc<Self> {
+        Arc::new(Self {
+            collection: collection.into(),
+            findings: Mutex::new(Findings {
+                opening: true,
+                ..Findings::default()
+            }),
+        })
+    }
+
+    /// The collection opened with nothing found: findings from now on are logged.
+    pub fn opened(&self) {
+        self.findings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .opening = false;
     }
 
     pub fn collection(&self) -> &str {
@@ -67,7 +90,9 @@ impl Integrity {
         if findings.seen.contains(&finding) {
             return;
         }
-        tracing::error!(collection = %self.collection, %finding, "damaged data found");
+        if !findings.opening {
+            tracing::error!(collection = %self.collection, %finding, "damaged data found");
+        }
         findings.count += 1;
         if findings.seen.len() < REMEMBERED_FINDINGS {
             findings.seen.insert(finding.clone());
@@ -329,5 +354,19 @@ mod tests {
         let findings = integrity.findings.lock().unwrap();
         assert_eq!(findings.kept.len(), KEPT_FINDINGS);
         assert_eq!(findings.count, 101);
+    }
+
+    #[test]
+    fn findings_while_opening_are_kept_for_the_refusal_and_logged_only_once_opened() {
+        let integrity = Integrity::opening("c");
+        integrity.record("index file `a.idx` fails its checksum".into());
+        assert_eq!(
+            integrity.damage().unwrap(),
+            "index file `a.idx` fails its checksum"
+        );
+        assert!(integrity.findings.lock().unwrap().opening);
+        integrity.opened();
+        assert!(!integrity.findings.lock().unwrap().opening);
+        assert!(!Integrity::new("c").findings.lock().unwrap().opening);
     }
 }

@@ -124,3 +124,24 @@ pub struct PackedSpan {
     pub parts: ScoreParts,
     pub strategy: Strategy,
 }
+
+/// A retrieved section of document `d` holding `text` (ordinal 0, no metadata, no sentences):
+/// what the stages' unit tests cut, score and pack.
+#[cfg(test)]
+pub(crate) fn test_section_hit(score: f32, text: &str) -> crate::index::SectionHit {
+    crate::index::SectionHit {
+        score,
+        doc_id: "d".into(),
+        ordinal: 0,
+        version: 0,
+        doc_title: String::new(),
+        heading_path: Vec::new(),
+        text: text.into(),
+        byte_start: 0,
+        char_start: 0,
+        metadata: Default::default(),
+        section_key: 0,
+        sentences: Vec::new(),
+        sentence_vectors: Vec::new(),
+    }
+}

@@ -227,21 +227,26 @@ mod properties {
     }
 
     fn section(text: &str) -> SectionHit {
-        SectionHit {
-            score: 1.0,
-            doc_id: "d".into(),
-            ordinal: 0,
-            version: 0,
-            doc_title: String::new(),
-            heading_path: Vec::new(),
-            text: text.to_string(),
-            byte_start: 0,
-            char_start: 0,
-            metadata: Default::default(),
-            section_key: 0,
-            sentences: Vec::new(),
-            sentence_vectors: Vec::new(),
-        }
+        crate::query::test_section_hit(1.0, text)
+    }
+
+    /// A section per text, each with its analysis by `tokenizer` (offsets only).
+    fn sections_and_analyses(
+        texts: &[String],
+        tokenizer: &BudgetTokenizer,
+    ) -> (Vec<SectionHit>, Vec<Arc<SectionAnalysis>>) {
+        let hits: Vec<SectionHit> = texts.iter().map(|t| section(t)).collect();
+        let analyses = hits
+            .iter()
+            .map(|hit| {
+                Arc::new(SectionAnalysis {
+                    tokens: tokenizer.offsets(&hit.text),
+                    terms: Vec::new(),
+                    sentences: Vec::new(),
+                })
+            })
+            .collect();
+        (hits, analyses)
     }
 
     /// Arbitrary Unicode with plenty of whitespace, punctuation, combining marks and emoji.
@@ -303,11 +308,7 @@ mod properties {
             seed in any::<u64>(),
         ) {
             let tokenizer = if use_cl100k { cl100k() } else { tokenizer() };
-            let hits: Vec<SectionHit> = texts.iter().map(|t| section(t)).collect();
-            let analyses: Vec<Arc<SectionAnalysis>> = hits
-                .iter()
-                .map(|hit| Arc::new(SectionAnalysis { tokens: tokenizer.offsets(&hit.text), terms: Vec::new(), sentences: Vec::new() }))
-                .collect();
+            let (hits, analyses) = sections_and_analyses(&texts, tokenizer);
             let options = ChunkOptions {
                 strategy: crate::chunk::Strategy::Fixed,
                 max_size,
@@ -353,11 +354,7 @@ mod properties {
             budget in 1u32..200,
             seed in any::<u64>(),
         ) {
-            let hits: Vec<SectionHit> = texts.iter().map(|t| section(t)).collect();
-            let analyses: Vec<Arc<SectionAnalysis>> = hits
-                .iter()
-                .map(|hit| Arc::new(SectionAnalysis { tokens: tokenizer().offsets(&hit.text), terms: Vec::new(), sentences: Vec::new() }))
-                .collect();
+            let (hits, analyses) = sections_and_analyses(&texts, tokenizer());
             let options = ChunkOptions {
                 // Structure repeats table headers as context, which the budget must count.
                 strategy: if structure { crate::chunk::Strategy::Structure } else { crate::chunk::Strategy::Fixed },

@@ -213,9 +213,15 @@ fn query_matches(analysis: &SectionAnalysis, query: &QueryTerms, out: &mut Vec<(
 mod tests {
     use super::*;
     use crate::chunk::Strategy;
-    use crate::query::term_hash;
+    use crate::query::{term_hash, test_section_hit as hit};
     use crate::tokens::TokenOffsets;
     use crate::types::ScoreParts;
+
+    const WEIGHTS: Weights = Weights {
+        bm25: 1.0,
+        section: 0.5,
+        dense: 1.0,
+    };
 
     fn analysis(text: &str) -> Arc<SectionAnalysis> {
         let mut analyzer = crate::index::schema::analyzer();
@@ -247,24 +253,6 @@ mod tests {
         }
     }
 
-    fn hit(score: f32, text: &str) -> SectionHit {
-        SectionHit {
-            score,
-            doc_id: "d".into(),
-            ordinal: 0,
-            version: 0,
-            doc_title: String::new(),
-            heading_path: Vec::new(),
-            text: text.into(),
-            byte_start: 0,
-            char_start: 0,
-            metadata: Default::default(),
-            section_key: 0,
-            sentences: Vec::new(),
-            sentence_vectors: Vec::new(),
-        }
-    }
-
     #[test]
     fn the_chunk_holding_the_query_terms_ranks_first() {
         let text = "Cats sleep a lot. The quarterly revenue grew twelve percent. Dogs bark.";
@@ -279,18 +267,7 @@ mod tests {
             hashes: vec![term_hash("revenu"), term_hash("grew")],
             idf: vec![2.0, 1.0],
         };
-        score(
-            &mut candidates,
-            &hits,
-            &analyses,
-            &query,
-            None,
-            Weights {
-                bm25: 1.0,
-                section: 0.5,
-                dense: 1.0,
-            },
-        );
+        score(&mut candidates, &hits, &analyses, &query, None, WEIGHTS);
         assert_eq!((candidates[0].start, candidates[0].end), (18, 59));
         assert!(candidates[0].parts.bm25 > 0.0);
         assert_eq!(candidates[1].parts.bm25, 0.0);
@@ -310,18 +287,7 @@ mod tests {
             hashes: vec![term_hash("alpha")],
             idf: vec![1.0],
         };
-        score(
-            &mut candidates,
-            &hits,
-            &analyses,
-            &query,
-            None,
-            Weights {
-                bm25: 1.0,
-                section: 0.5,
-                dense: 1.0,
-            },
-        );
+        score(&mut candidates, &hits, &analyses, &query, None, WEIGHTS);
         assert_eq!(candidates[0].hit_index, 1);
         assert!((candidates[1].parts.section - 0.25).abs() < 1e-6);
     }

@@ -13,6 +13,7 @@ use lathe::api::proto::lathe_client::LatheClient;
 use tonic::transport::{Channel, Endpoint};
 
 use super::models_dir;
+use super::serving_line::serving_address;
 
 pub struct Server {
     pub child: Child,
@@ -80,11 +81,7 @@ pub fn start_wrapped(
         }
     }
     let serving = startup_log.last().expect("the serving line");
-    let address = serving
-        .split("\"address\":\"")
-        .nth(1)
-        .map(|rest| rest.chars().take_while(|c| *c != '"').collect::<String>())
-        .expect("address in the serving line");
+    let address = serving_address(serving).expect("address in the serving line");
     Server {
         child,
         address,

@@ -9,47 +9,10 @@
             print(chunk.doc_id, chunk.char_span, chunk.score, chunk.text)
 """
 
+from lathe_client import types
 from lathe_client.client import SERVICE_NAME, Lathe
 from lathe_client.errors import LatheError
-from lathe_client.types import (
-    Chunk,
-    Chunking,
-    ChunkStrategy,
-    ChunkUnit,
-    CollectionInfo,
-    CollectionSettings,
-    CollectionState,
-    CollectionStats,
-    Document,
-    DocumentFormat,
-    ResultOrder,
-    RetrieveResult,
-    ScoreParts,
-    SectionBoundary,
-    Span,
-    StageTiming,
-    WriteResult,
-)
+from lathe_client.types import *  # noqa: F403 (exactly types.__all__)
 
-__all__ = [
-    "SERVICE_NAME",
-    "Chunk",
-    "Chunking",
-    "ChunkStrategy",
-    "ChunkUnit",
-    "CollectionInfo",
-    "CollectionSettings",
-    "CollectionState",
-    "CollectionStats",
-    "Document",
-    "DocumentFormat",
-    "Lathe",
-    "LatheError",
-    "ResultOrder",
-    "RetrieveResult",
-    "ScoreParts",
-    "SectionBoundary",
-    "Span",
-    "StageTiming",
-    "WriteResult",
-]
+__all__ = ["SERVICE_NAME", "Lathe", "LatheError"]
+__all__ += types.__all__

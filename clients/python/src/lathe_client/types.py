@@ -6,6 +6,27 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+# The package re-exports exactly these (lathe_client/__init__.py).
+__all__ = [
+    "Chunk",
+    "Chunking",
+    "ChunkStrategy",
+    "ChunkUnit",
+    "CollectionInfo",
+    "CollectionSettings",
+    "CollectionState",
+    "CollectionStats",
+    "Document",
+    "DocumentFormat",
+    "ResultOrder",
+    "RetrieveResult",
+    "ScoreParts",
+    "SectionBoundary",
+    "Span",
+    "StageTiming",
+    "WriteResult",
+]
+
 
 class DocumentFormat(enum.Enum):
     """How Lathe parses a document's text."""
