@@ -1,7 +1,7 @@
 //! Prometheus metrics, with bounded label sets: requests by RPC and status code, latency per RPC
 //! and per pipeline stage, cache hits and misses by cache, in-flight requests, embedding batches,
-//! collections by state, per-collection sizes and faults, and the index writers open (read at
-//! scrape time).
+//! upserted sections embedded or reused, collections by state, per-collection sizes and faults,
+//! and the index writers open (read at scrape time).
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -23,6 +23,9 @@ pub struct Metrics {
     pub in_flight: IntGauge,
     pub embedding_batches: IntCounterVec,
     pub embedding_batch_seconds: HistogramVec,
+    /// Sections of upserts by where their vectors came from: `embedded` (the model) or `reused`
+    /// (an unchanged section's stored vectors, or an identical section earlier in the batch).
+    pub embed_sections: IntCounterVec,
     pub collection_documents: IntGaugeVec,
     pub collection_sections: IntGaugeVec,
     pub collection_bytes: IntGaugeVec,
@@ -84,6 +87,11 @@ impl Metrics {
                 "Embedding batch latency",
                 &["model"],
             ),
+            embed_sections: counter(
+                "embed_sections_total",
+                "Upserted sections by where their vectors came from: embedded or reused",
+                &["outcome"],
+            ),
             collection_documents: gauge(
                 "collection_documents",
                 "Documents per collection",
@@ -129,6 +137,7 @@ impl Metrics {
             Box::new(metrics.in_flight.clone()),
             Box::new(metrics.embedding_batches.clone()),
             Box::new(metrics.embedding_batch_seconds.clone()),
+            Box::new(metrics.embed_sections.clone()),
             Box::new(metrics.collection_documents.clone()),
             Box::new(metrics.collection_sections.clone()),
             Box::new(metrics.collection_bytes.clone()),
