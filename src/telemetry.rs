@@ -1,7 +1,7 @@
 //! Prometheus metrics, with bounded label sets: requests by RPC and status code, latency per RPC
 //! and per pipeline stage, cache hits and misses by cache, in-flight requests, embedding batches,
-//! collections by state, per-collection sizes and faults, and the index writers open (read at
-//! scrape time).
+//! upserted sections embedded or reused, collections by state, per-collection sizes and faults,
+//! and the index writers open (read at scrape time).
 
 use prometheus::core::Collector;
 use prometheus::{
@@ -24,6 +24,8 @@ pub struct Metrics {
     pub in_flight: IntGauge,
     pub embedding_batches: IntCounterVec,
     pub embedding_batch_seconds: HistogramVec,
+    /// Upserted sections by `outcome`: `embedded` (sent to the model) or `reused` (stored vectors).
+    pub embed_sections: IntCounterVec,
     pub collection_documents: IntGaugeVec,
     pub collection_sections: IntGaugeVec,
     pub collection_bytes: IntGaugeVec,
@@ -106,6 +108,7 @@ struct PipelineMetrics {
     cache_lookups: IntCounterVec,
     embedding_batches: IntCounterVec,
     embedding_batch_seconds: HistogramVec,
+    embed_sections: IntCounterVec,
 }
 
 impl PipelineMetrics {
@@ -134,6 +137,12 @@ impl PipelineMetrics {
                 "embedding_batch_duration_seconds",
                 "Embedding batch latency",
                 &["model"],
+            ),
+            embed_sections: counter(
+                registry,
+                "embed_sections_total",
+                "Upserted sections by where their vectors came from: embedded or reused",
+                &["outcome"],
             ),
         }
     }
@@ -194,6 +203,7 @@ impl Metrics {
             cache_lookups: pipeline.cache_lookups,
             embedding_batches: pipeline.embedding_batches,
             embedding_batch_seconds: pipeline.embedding_batch_seconds,
+            embed_sections: pipeline.embed_sections,
             collection_documents: collection.documents,
             collection_sections: collection.sections,
             collection_bytes: collection.bytes,

@@ -1,8 +1,18 @@
-//! `lathe ingest`: files or folders into a collection, streamed over gRPC in batches.
+//! `lathe ingest`: files or folders into a collection, in batches sized to finish well within a
+//! call's deadline.
+//!
+//! Each batch is one `wait` UpsertDocuments call: applied whole or not at all, and acknowledged
+//! only once durable. Batches are cut by bytes, sized from the throughput measured so far so that
+//! one takes about `--batch-seconds` (a third of the server's default 30 s deadline); a batch that
+//! still runs past its deadline is retried at a quarter the size (an upsert is idempotent), and
+//! one document that alone outlasts it goes as an upload stream (no server deadline). Progress
+//! (documents, MB, MB/s, ETA) is printed after each batch. Resuming after an interruption is
+//! running the same command again: the server reuses the stored vectors of every section whose
+//! text is unchanged, so documents already stored cost no inference.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::Deserialize;
@@ -25,9 +35,19 @@ pub struct IngestArgs {
     /// Section size in tokens if the collection has to be created.
     #[arg(long)]
     pub section_tokens: Option<u32>,
-    /// Documents per streamed message.
+    /// Most documents per batch.
     #[arg(long, default_value_t = 64)]
     pub batch: usize,
+    /// Seconds one batch should take; batch sizes in bytes follow from the measured throughput.
+    #[arg(long, default_value_t = 10.0)]
+    pub batch_seconds: f64,
+    /// Bytes of document text in the first batch, before any throughput is measured.
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub first_batch_bytes: usize,
+    /// Deadline of each batch's call, in seconds (the server's `server.request_timeout_ms`
+    /// still applies when shorter).
+    #[arg(long, default_value_t = 30.0)]
+    pub deadline_seconds: f64,
     /// Treat .txt files and JSONL documents without a format as this format.
     #[arg(long, value_parser = ["plain", "markdown", "html"], default_value = "plain")]
     pub default_format: String,
@@ -192,31 +212,234 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
     if documents.is_empty() {
         anyhow::bail!("no .md, .markdown, .html, .htm, .txt or .jsonl documents found");
     }
+    anyhow::ensure!(
+        args.batch_seconds > 0.0 && args.deadline_seconds > 0.0,
+        "--batch-seconds and --deadline-seconds must be above 0"
+    );
     let mut client = crate::client::connect(&args.addr).await?;
     create_collection_unless_present(&mut client, &args).await?;
 
-    let bytes: usize = documents.iter().map(|d| d.text.len()).sum();
-    let total = documents.len();
-    let started = Instant::now();
-    let response =
-        crate::client::upload_in_batches(&mut client, &args.collection, documents, args.batch)
-            .await
-            .map_err(|status| {
-                anyhow::anyhow!("upload failed: {:?}: {}", status.code(), status.message())
-            })?;
-    let seconds = started.elapsed().as_secs_f64();
+    let sizes: Vec<usize> = documents.iter().map(|d| d.text.len()).collect();
+    let mut progress = Progress::new(&sizes);
+    let mut sizer = BatchSizer::new(args.first_batch_bytes, args.batch_seconds);
+    let deadline = Duration::from_secs_f64(args.deadline_seconds);
+    let (mut sections, mut generation) = (0u64, 0u64);
+    let mut next = 0;
+    while next < documents.len() {
+        let end = batch_end(&sizes, next, sizer.batch_bytes(), args.batch.max(1));
+        let batch_bytes: usize = sizes[next..end].iter().sum();
+        let mut request = tonic::Request::new(proto::UpsertDocumentsRequest {
+            collection: args.collection.clone(),
+            documents: documents[next..end].to_vec(),
+            wait: true,
+        });
+        // The deadline as the header only, so that the server answers DEADLINE_EXCEEDED (tonic's
+        // client timer would answer CANCELLED itself, whatever happened on the server).
+        let header = format!("{}m", deadline.as_millis().max(1));
+        request.metadata_mut().insert(
+            "grpc-timeout",
+            header.parse().context("the deadline as a header")?,
+        );
+        let started = Instant::now();
+        let answer = match client.upsert_documents(request).await {
+            // One document whose embedding alone outlasts the deadline: an upload stream has
+            // no server deadline (`server.request_timeout_ms` is for unary calls).
+            Err(status) if ran_past_deadline(&status) && end - next == 1 => {
+                eprintln!(
+                    "document {} ({:.2} MB) takes longer than the deadline alone; sending it as an upload stream, which has none",
+                    documents[next].id,
+                    batch_bytes as f64 / 1e6
+                );
+                let message = proto::UpsertDocumentsRequest {
+                    collection: args.collection.clone(),
+                    documents: documents[next..end].to_vec(),
+                    wait: true,
+                };
+                client.upload_documents(tokio_stream::iter([message])).await
+            }
+            other => other,
+        };
+        match answer {
+            Ok(response) => {
+                let response = response.into_inner();
+                sizer.observe(batch_bytes, started.elapsed());
+                sections += u64::from(response.sections);
+                generation = response.generation;
+                progress.done(end - next, batch_bytes);
+                eprintln!("{}", progress.line());
+                next = end;
+            }
+            // Not applied, or applied whole: either way sending it again is safe, and cheap for
+            // what was stored. Smaller, unless it is one document already.
+            Err(status) if ran_past_deadline(&status) && end - next > 1 => {
+                sizer.timed_out(batch_bytes);
+                eprintln!(
+                    "a batch of {} documents ({:.2} MB) ran past its deadline; retrying in batches of at most {:.2} MB",
+                    end - next,
+                    batch_bytes as f64 / 1e6,
+                    sizer.batch_bytes() as f64 / 1e6
+                );
+            }
+            Err(status) => {
+                return Err(anyhow::anyhow!(
+                    "upserting documents {}..{} failed: {:?}: {} ({} documents before them are stored; run the command again to resume)",
+                    next,
+                    end,
+                    status.code(),
+                    status.message(),
+                    next
+                ))
+            }
+        }
+    }
+    let seconds = progress.started.elapsed().as_secs_f64();
     println!(
         "ingested {} documents ({} sections, {:.1} MB) into {} in {:.2} s: {:.1} docs/s, {:.2} MB/s; visible at generation {}",
-        response.documents,
-        response.sections,
-        bytes as f64 / 1e6,
+        documents.len(),
+        sections,
+        progress.total_bytes as f64 / 1e6,
         args.collection,
         seconds,
-        total as f64 / seconds,
-        bytes as f64 / 1e6 / seconds,
-        response.generation
+        documents.len() as f64 / seconds,
+        progress.total_bytes as f64 / 1e6 / seconds,
+        generation
     );
     Ok(())
+}
+
+/// DEADLINE_EXCEEDED, or the CANCELLED "Timeout expired" that tonic's own timers answer when
+/// they fire first (seen on an overloaded server): the call ran past its deadline.
+fn ran_past_deadline(status: &tonic::Status) -> bool {
+    match status.code() {
+        Code::DeadlineExceeded => true,
+        Code::Cancelled => status.message().contains("Timeout expired"),
+        _ => false,
+    }
+}
+
+/// The end of the batch that starts at document `start`: documents while their text adds up to
+/// at most `bytes` (always at least one, however large), and at most `most` documents.
+fn batch_end(sizes: &[usize], start: usize, bytes: usize, most: usize) -> usize {
+    let mut end = start;
+    let mut taken = 0usize;
+    while end < sizes.len() && end - start < most {
+        if end > start && taken + sizes[end] > bytes {
+            break;
+        }
+        taken += sizes[end];
+        end += 1;
+    }
+    end
+}
+
+/// Sizes batches in bytes so that one takes about `target` seconds at the throughput measured
+/// so far (the latest batch weighs most: load on the server changes).
+#[derive(Debug)]
+struct BatchSizer {
+    batch_bytes: usize,
+    target_seconds: f64,
+    /// Bytes per second, smoothed over the batches so far; None before the first.
+    throughput: Option<f64>,
+}
+
+/// Smallest batch the sizer asks for, in bytes (a single larger document is still sent alone).
+const MIN_BATCH_BYTES: usize = 4 * 1024;
+/// Largest batch, in bytes: well under the server's default 64 MiB message limit.
+const MAX_BATCH_BYTES: usize = 16 << 20;
+
+impl BatchSizer {
+    fn new(first_batch_bytes: usize, target_seconds: f64) -> Self {
+        Self {
+            batch_bytes: first_batch_bytes.clamp(MIN_BATCH_BYTES, MAX_BATCH_BYTES),
+            target_seconds,
+            throughput: None,
+        }
+    }
+
+    fn batch_bytes(&self) -> usize {
+        self.batch_bytes
+    }
+
+    /// A batch of `bytes` took `elapsed`: the next is sized to take the target time, growing at
+    /// most 4-fold at a time (one fast small batch says little about a large one).
+    fn observe(&mut self, bytes: usize, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64().max(1e-3);
+        let measured = bytes as f64 / seconds;
+        let throughput = match self.throughput {
+            None => measured,
+            Some(before) => 0.5 * before + 0.5 * measured,
+        };
+        self.throughput = Some(throughput);
+        let wanted = (throughput * self.target_seconds) as usize;
+        self.batch_bytes = wanted
+            .min(self.batch_bytes.saturating_mul(4))
+            .clamp(MIN_BATCH_BYTES, MAX_BATCH_BYTES);
+    }
+
+    /// A batch of `bytes` ran past its deadline: the next is at most a quarter of it.
+    fn timed_out(&mut self, bytes: usize) {
+        self.batch_bytes = (bytes / 4).clamp(MIN_BATCH_BYTES, MAX_BATCH_BYTES);
+        self.throughput = self.throughput.map(|t| t / 4.0);
+    }
+}
+
+/// Documents and bytes stored so far, and the line that reports them.
+struct Progress {
+    started: Instant,
+    total_documents: usize,
+    total_bytes: usize,
+    documents: usize,
+    bytes: usize,
+}
+
+impl Progress {
+    fn new(sizes: &[usize]) -> Self {
+        Self {
+            started: Instant::now(),
+            total_documents: sizes.len(),
+            total_bytes: sizes.iter().sum(),
+            documents: 0,
+            bytes: 0,
+        }
+    }
+
+    fn done(&mut self, documents: usize, bytes: usize) {
+        self.documents += documents;
+        self.bytes += bytes;
+    }
+
+    fn line(&self) -> String {
+        progress_line(
+            self.documents,
+            self.total_documents,
+            self.bytes,
+            self.total_bytes,
+            self.started.elapsed(),
+        )
+    }
+}
+
+/// `documents 120/500, 1.20/5.00 MB, 0.40 MB/s, ETA 9.5 s`.
+fn progress_line(
+    documents: usize,
+    total_documents: usize,
+    bytes: usize,
+    total_bytes: usize,
+    elapsed: Duration,
+) -> String {
+    let seconds = elapsed.as_secs_f64().max(1e-3);
+    let rate = bytes as f64 / seconds;
+    let eta = if rate > 0.0 {
+        format!("{:.1} s", total_bytes.saturating_sub(bytes) as f64 / rate)
+    } else {
+        "unknown".to_string()
+    };
+    format!(
+        "documents {documents}/{total_documents}, {:.2}/{:.2} MB, {:.2} MB/s, ETA {eta}",
+        bytes as f64 / 1e6,
+        total_bytes as f64 / 1e6,
+        rate / 1e6
+    )
 }
 
 /// The documents of every file given, and of every file under every folder given (in path order).
@@ -276,6 +499,77 @@ async fn create_collection_unless_present(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batches_fill_up_to_their_bytes_and_always_take_one_document() {
+        let sizes = [10, 20, 30, 500, 5];
+        assert_eq!(batch_end(&sizes, 0, 60, 64), 3);
+        assert_eq!(batch_end(&sizes, 0, 29, 64), 1);
+        // A document larger than the batch goes alone.
+        assert_eq!(batch_end(&sizes, 3, 60, 64), 4);
+        assert_eq!(batch_end(&sizes, 4, 60, 64), 5);
+        // The document count caps it too.
+        assert_eq!(batch_end(&sizes, 0, 1000, 2), 2);
+        // Consecutive batches cover every document once.
+        let mut covered = Vec::new();
+        let mut start = 0;
+        while start < sizes.len() {
+            let end = batch_end(&sizes, start, 40, 64);
+            assert!(end > start);
+            covered.extend(start..end);
+            start = end;
+        }
+        assert_eq!(covered, [0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn deadline_answers_are_told_from_other_failures() {
+        assert!(ran_past_deadline(&tonic::Status::deadline_exceeded("late")));
+        assert!(ran_past_deadline(&tonic::Status::cancelled(
+            "Timeout expired"
+        )));
+        assert!(!ran_past_deadline(&tonic::Status::cancelled(
+            "client went away"
+        )));
+        assert!(!ran_past_deadline(&tonic::Status::unavailable(
+            "Timeout expired"
+        )));
+    }
+
+    #[test]
+    fn batch_sizes_follow_the_measured_throughput() {
+        let mut sizer = BatchSizer::new(64 * 1024, 10.0);
+        assert_eq!(sizer.batch_bytes(), 64 * 1024);
+        // 64 KiB in 1 s: 10 s would take 640 KiB, but growth is at most 4-fold a step.
+        sizer.observe(64 * 1024, Duration::from_secs(1));
+        assert_eq!(sizer.batch_bytes(), 256 * 1024);
+        sizer.observe(256 * 1024, Duration::from_secs(4));
+        assert_eq!(sizer.batch_bytes(), 640 * 1024);
+        // The server slows down 10-fold: the next batch shrinks at once (by the smoothed rate).
+        sizer.observe(640 * 1024, Duration::from_secs(100));
+        let slowed = sizer.batch_bytes();
+        assert!(slowed < 640 * 1024, "{slowed}");
+        // A deadline passed: a quarter of that batch, never below the floor.
+        sizer.timed_out(slowed);
+        assert_eq!(sizer.batch_bytes(), (slowed / 4).max(MIN_BATCH_BYTES));
+        sizer.timed_out(1);
+        assert_eq!(sizer.batch_bytes(), MIN_BATCH_BYTES);
+        // Nor above the ceiling, however fast.
+        let mut fast = BatchSizer::new(MAX_BATCH_BYTES, 10.0);
+        fast.observe(MAX_BATCH_BYTES, Duration::from_millis(1));
+        assert_eq!(fast.batch_bytes(), MAX_BATCH_BYTES);
+    }
+
+    #[test]
+    fn progress_names_documents_megabytes_rate_and_what_is_left() {
+        let line = progress_line(120, 500, 1_200_000, 5_000_000, Duration::from_secs(3));
+        assert_eq!(
+            line,
+            "documents 120/500, 1.20/5.00 MB, 0.40 MB/s, ETA 9.5 s"
+        );
+        let start = progress_line(0, 5, 0, 100, Duration::from_secs(1));
+        assert!(start.ends_with("ETA unknown"), "{start}");
+    }
 
     #[test]
     fn jsonl_reads_documents_and_skips_blank_lines() {

@@ -60,7 +60,9 @@ pub use collection::CollectionIndex;
 pub use fault::{CollectionEntry, Fault, FaultKind, FaultedCollection};
 pub use lock::DataDirLock;
 pub use reader::Snapshot;
-pub use records::{section_key, DocumentRecord, SectionHit, SectionRecord, WriteOp};
+pub use records::{
+    section_key, DocumentRecord, SectionHit, SectionRecord, StoredEmbedding, WriteOp,
+};
 pub use writer::{CollectionWriterPool, WriterSettings};
 
 use fault::{check_index_meta, diagnose_index};

@@ -16,7 +16,7 @@ use tantivy::store::StoreReader;
 use tantivy::{DocAddress, Searcher, Term};
 
 use super::collection::CollectionIndex;
-use super::records::SectionHit;
+use super::records::{SectionHit, StoredEmbedding};
 use super::schema::{self, metadata_term};
 use super::section_document::{decode_verified_section, StoredSection};
 use crate::error::{LatheError, Result};
@@ -363,6 +363,32 @@ impl CollectionIndex {
             sections.push((section.ordinal, section.version));
         }
         sections.sort_unstable();
+        Ok(sections)
+    }
+
+    /// The text, sentence ranges and vectors of every live section of `doc_id` (each verified
+    /// against its checksum), in no particular order: what an upsert of a new version of the
+    /// document may reuse.
+    pub fn document_embeddings(&self, doc_id: &str) -> Result<Vec<StoredEmbedding>> {
+        let snapshot = self.snapshot();
+        let query = TermQuery::new(
+            Term::from_field_text(self.fields.doc_id, doc_id),
+            IndexRecordOption::Basic,
+        );
+        let hits = snapshot
+            .searcher
+            .search(&query, &TopDocs::with_limit(1_000_000).order_by_score())?;
+        let mut sections = Vec::with_capacity(hits.len());
+        for (_, address) in hits {
+            let stored = self.stored_bytes(&snapshot, address)?;
+            let section = self.read_section(&snapshot, address, &stored)?;
+            sections.push(StoredEmbedding {
+                text: section.text.to_string(),
+                sentences: super::section_document::decode_ranges(section.sentence_ranges),
+                sentence_vectors: section.sentence_vectors.to_vec(),
+                section_vector: section.section_vector.to_vec(),
+            });
+        }
         Ok(sections)
     }
 }

@@ -54,6 +54,19 @@ pub enum WriteOp {
     },
 }
 
+/// What a stored section's vectors were computed from, and the vectors: what the embed stage
+/// needs to reuse them for an unchanged section (see `ingest::embed`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredEmbedding {
+    pub text: String,
+    /// Sentence byte ranges in `text`.
+    pub sentences: Vec<Range<u32>>,
+    /// `QuantizedVectors` bytes, one row per sentence; empty when none were stored.
+    pub sentence_vectors: Vec<u8>,
+    /// One-row `QuantizedVectors` bytes; empty when none was stored.
+    pub section_vector: Vec<u8>,
+}
+
 /// A section found by the coarse search, with what re-chunking needs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SectionHit {

@@ -9,6 +9,7 @@ use crate::config::{DenseModel, FineModeName};
 use crate::embed::FineMode;
 use crate::error::{LatheError, Result};
 use crate::index::WriteOp;
+use crate::ingest::embed::{EmbedIdentity, ReusableVectors};
 use crate::ingest::section::SectionLimits;
 use crate::ingest::{embed, records, section, sentences, validate, SentencedDocument};
 use crate::types::{DocumentInput, WriteOutcome};
@@ -44,7 +45,9 @@ impl Engine {
                     .collect::<Result<Vec<_>>>()
             })
             .await?;
-        let records = self.embed_and_record(sentenced).await?;
+        let records = self
+            .embed_and_record(Arc::clone(&collection), sentenced)
+            .await?;
         let outcome = WriteOutcome {
             documents: records.len() as u32,
             sections: records.iter().map(|r| r.sections.len() as u32).sum(),
@@ -58,9 +61,12 @@ impl Engine {
         })
     }
 
-    /// The embed stage (with a model) and the records stage, on the pool.
+    /// The embed stage (with a model) and the records stage, on the pool. Before embedding, the
+    /// stored sections of the documents' current versions are read: those whose embedding input
+    /// is unchanged lend their vectors (see [`embed::ReusableVectors`]).
     async fn embed_and_record(
         &self,
+        collection: Arc<super::Collection>,
         mut documents: Vec<SentencedDocument>,
     ) -> Result<Vec<crate::index::DocumentRecord>> {
         let embedder = self.embedder.clone();
@@ -76,13 +82,30 @@ impl Engine {
         self.pool
             .run(move || {
                 if let Some(embedder) = embedder {
+                    let identity = EmbedIdentity { model, mode };
+                    let reusable = ReusableVectors::from_stored(
+                        identity,
+                        embedder.dim(),
+                        stored_embeddings(&collection.index, &documents),
+                    );
                     let started = Instant::now();
-                    embed::embed(embedder.as_ref(), mode, &mut documents)?;
-                    metrics.embedding_batches.with_label_values(&[model]).inc();
+                    let counts =
+                        embed::embed(embedder.as_ref(), identity, &mut documents, &reusable)?;
+                    if counts.embedded > 0 {
+                        metrics.embedding_batches.with_label_values(&[model]).inc();
+                        metrics
+                            .embedding_batch_seconds
+                            .with_label_values(&[model])
+                            .observe(started.elapsed().as_secs_f64());
+                    }
                     metrics
-                        .embedding_batch_seconds
-                        .with_label_values(&[model])
-                        .observe(started.elapsed().as_secs_f64());
+                        .embed_sections
+                        .with_label_values(&["embedded"])
+                        .inc_by(counts.embedded as u64);
+                    metrics
+                        .embed_sections
+                        .with_label_values(&["reused"])
+                        .inc_by(counts.reused as u64);
                 }
                 Ok(documents.into_iter().map(records::record).collect())
             })
@@ -122,6 +145,27 @@ impl Engine {
         let collection = self.catalog.get(collection_name)?;
         await_write(collection.index.write(Vec::new(), true)?).await
     }
+}
+
+/// The stored sections of the current version of each of `documents`, for reuse. A document
+/// whose stored sections cannot be read (damaged) lends nothing: its new version is embedded
+/// whole, and the upsert that replaces it goes ahead.
+fn stored_embeddings(
+    index: &crate::index::CollectionIndex,
+    documents: &[SentencedDocument],
+) -> Vec<crate::index::StoredEmbedding> {
+    let mut stored = Vec::new();
+    for document in documents {
+        match index.document_embeddings(&document.document.id) {
+            Ok(sections) => stored.extend(sections),
+            Err(error) => tracing::warn!(
+                document = %document.document.id,
+                %error,
+                "stored sections unreadable, embedding the new version whole"
+            ),
+        }
+    }
+    stored
 }
 
 async fn await_write(receiver: Option<tokio::sync::oneshot::Receiver<Result<u64>>>) -> Result<u64> {

@@ -189,6 +189,29 @@ def test_streaming_upload_writes_every_batch(lathe: Lathe) -> None:
     assert lathe.get_collection(name).stats.documents == 15
 
 
+def test_upload_documents_stores_every_batch_reports_progress_and_resends_safely(lathe: Lathe) -> None:
+    name = unique_name("batched")
+    lathe.create_collection(name)
+    documents = [
+        Document(id=f"doc-{i}", text=f"Document {i} follows the terns. " * 40) for i in range(12)
+    ]
+    seen = []
+    written = lathe.upload_documents(
+        name, documents, first_batch_bytes=1, max_batch_documents=5, progress=seen.append
+    )
+    assert written.documents == 12
+    assert lathe.get_collection(name).stats.documents == 12
+    # Several batches (at most 5 documents each), progress after each, ending at the totals.
+    assert len(seen) >= 3
+    assert [p.documents for p in seen] == sorted(p.documents for p in seen)
+    assert seen[-1].documents == 12
+    assert seen[-1].bytes == seen[-1].total_bytes
+    # Resuming = sending again: the same documents, nothing duplicated.
+    again = lathe.upload_documents(name, documents)
+    assert again.documents == 12
+    assert lathe.get_collection(name).stats.documents == 12
+
+
 def test_a_zero_budget_is_invalid_argument_naming_token_budget(lathe: Lathe, docs: str) -> None:
     with pytest.raises(LatheError) as raised:
         lathe.retrieve(docs, "anything", budget=0)

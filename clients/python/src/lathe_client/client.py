@@ -11,6 +11,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lathe_client._proto.lathe.v1 import lathe_pb2, lathe_pb2_grpc
+from lathe_client.batching import BatchSizer, UploadProgress, batch_end
 from lathe_client.errors import LatheError
 from lathe_client.types import (
     Chunk,
@@ -177,6 +178,65 @@ class Lathe:
         """Streams batches of documents in one call (for corpora larger than one message)."""
         requests = (_upsert_request(collection, batch, wait) for batch in batches)
         return _write_from_proto(self._call("UploadDocuments", self._stub.UploadDocuments, requests))
+
+    def upload_documents(
+        self,
+        collection: str,
+        documents: Iterable[DocumentLike],
+        *,
+        batch_seconds: float = 10.0,
+        first_batch_bytes: int = 64 * 1024,
+        max_batch_documents: int = 64,
+        progress: Callable[[UploadProgress], None] | None = None,
+    ) -> WriteResult:
+        """Upserts a corpus of any size in `wait` batches that each finish well within this
+        client's deadline: cut by bytes of text, sized from the throughput measured so far to
+        take about `batch_seconds`. A batch that still runs past its deadline is applied whole or
+        not at all, and is sent again a quarter the size. `progress` is called after each batch.
+        After an interruption, call it again with the same documents: what is already stored is
+        re-sent but costs no inference (the server reuses the vectors of unchanged sections).
+        Returns the totals; `generation` is the last batch's."""
+        protos = [_document_to_proto(d) for d in documents]
+        sizes = [len(p.text.encode("utf-8")) for p in protos]
+        sizer = BatchSizer(first_batch_bytes, batch_seconds)
+        started = time.monotonic()
+        stored = WriteResult(documents=0, sections=0, generation=0)
+        stored_bytes, next_document = 0, 0
+        while next_document < len(protos):
+            end = batch_end(sizes, next_document, sizer.batch_bytes, max(1, max_batch_documents))
+            sent_bytes = sum(sizes[next_document:end])
+            request = lathe_pb2.UpsertDocumentsRequest(
+                collection=collection, documents=protos[next_document:end], wait=True
+            )
+            batch_started = time.monotonic()
+            try:
+                written = _write_from_proto(
+                    self._call("UpsertDocuments", self._stub.UpsertDocuments, request)
+                )
+            except LatheError as error:
+                if error.code is not grpc.StatusCode.DEADLINE_EXCEEDED or end - next_document == 1:
+                    raise
+                sizer.timed_out(sent_bytes)
+                continue
+            sizer.observe(sent_bytes, time.monotonic() - batch_started)
+            stored = WriteResult(
+                documents=stored.documents + written.documents,
+                sections=stored.sections + written.sections,
+                generation=written.generation,
+            )
+            stored_bytes += sent_bytes
+            next_document = end
+            if progress is not None:
+                progress(
+                    UploadProgress(
+                        documents=next_document,
+                        total_documents=len(protos),
+                        bytes=stored_bytes,
+                        total_bytes=sum(sizes),
+                        seconds=time.monotonic() - started,
+                    )
+                )
+        return stored
 
     def delete_documents(
         self, collection: str, ids: Iterable[str], *, wait: bool = False
