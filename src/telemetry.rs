@@ -136,6 +136,7 @@ impl Metrics {
             Box::new(metrics.collection_damaged.clone()),
             Box::new(metrics.index_writers_open.clone()),
             Box::new(metrics.index_writer_evictions.clone()),
+            Box::new(crate::dense::SEARCH_WAIT_SECONDS.clone()),
         ] {
             metrics
                 .registry

@@ -25,6 +25,7 @@ use std::time::Duration;
 use crate::chunk::{Strategy, Unit};
 use crate::config::{Config, DenseModel};
 use crate::cpu_pool::CpuPool;
+use crate::dense::DenseIndexConfig;
 use crate::embed::{Embedder, MiniLmConfig, MiniLmEmbedder, StaticEmbedder};
 use crate::error::{LatheError, Result};
 use crate::index::{Catalog, DataDirLock, Fault, OpenCollection, StoredSettings, WriterSettings};
@@ -64,7 +65,12 @@ impl Engine {
         let lock = DataDirLock::acquire(&config.storage.data_dir)?;
         let models_dir = config.models.dir.clone();
         let embedder = open_embedder(&config)?;
-        let dense_dim = embedder.as_ref().map(|e| e.dim());
+        let dense = embedder.as_ref().map(|e| {
+            let mut dense = DenseIndexConfig::new(e.dim());
+            dense.seal_vectors = config.dense.seal_vectors;
+            dense.rebuild_dead_share = config.dense.rebuild_dead_share;
+            dense
+        });
         let storage = &config.storage;
         let writer_settings = WriterSettings {
             memory_bytes: storage.writer_memory_bytes,
@@ -77,7 +83,7 @@ impl Engine {
             lock,
             &config.storage.data_dir,
             writer_settings,
-            dense_dim,
+            dense,
             |_, stored| {
                 runtime_for(stored, &models_dir)
                     .map_err(|error| tokenizer_fault(stored, &models_dir, &error))
