@@ -561,12 +561,14 @@ impl DenseIndex {
     /// a key moves to the merged segment only if it still lives where the merge read it, so a
     /// key deleted or replaced meanwhile stays dead in the merged segment.
     pub fn merge_segments(&self, ids: &[u64]) -> Result<(), DenseError> {
-        let result = self.merge_segments_inner(ids);
+        let result = self.merge_segments_inner(ids, &|| {});
         self.merging.store(false, Ordering::Release);
         result
     }
 
-    fn merge_segments_inner(&self, ids: &[u64]) -> Result<(), DenseError> {
+    /// [`Self::merge_segments`]; `after_read` runs once the live vectors are read (tests write
+    /// there, to land writes in the middle of a merge).
+    fn merge_segments_inner(&self, ids: &[u64], after_read: &dyn Fn()) -> Result<(), DenseError> {
         let started = Instant::now();
         let chosen: Vec<Arc<Segment>> = self
             .sealed_segments()
@@ -584,6 +586,7 @@ impl DenseIndex {
                 vectors.push(vector);
             }
         }
+        after_read();
         let id = self.writer_side().next_id();
         let merged = Arc::new(Segment::empty(id, &self.config, sources.len()));
         let keys: Vec<u64> = sources.iter().map(|(key, _)| *key).collect();
@@ -1145,6 +1148,38 @@ mod tests {
             ids_of(&reopened.search(&vectors[1], 10, &|_| true).expect("ok")),
             before
         );
+    }
+
+    #[test]
+    fn writes_that_land_during_a_merge_are_kept() {
+        let vectors = random_vectors(600, 16, 8);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = persisted_index(dir.path(), &vectors[..400], 100);
+        for id in (0..400u64).filter(|id| id % 2 == 0) {
+            index.delete(id);
+        }
+        let chosen = index.segments_to_merge().expect("dead segments to merge");
+        // Deletes and inserts land after the merge read the live vectors, before its swap.
+        let during = || {
+            for id in (0..400u64).filter(|id| id % 4 == 1) {
+                assert!(index.delete(id));
+            }
+            index
+                .insert_many((400..600).map(|id| (id as u64, vectors[id].as_slice())))
+                .expect("inserts");
+        };
+        index
+            .merge_segments_inner(&chosen, &during)
+            .expect("merges");
+        let live = |id: u64| id >= 400 || id % 4 == 3;
+        assert_eq!(index.len(), (0..600u64).filter(|id| live(*id)).count());
+        for (id, query) in vectors.iter().enumerate() {
+            let hits = index.search(query, 10, &|_| true).expect("ok");
+            assert!(hits.iter().all(|(hit, _)| live(*hit)), "{hits:?}");
+            if live(id as u64) {
+                assert_eq!(hits[0].0, id as u64);
+            }
+        }
     }
 
     #[test]
