@@ -73,6 +73,10 @@ pub struct ServerConfig {
     pub drain_timeout_ms: u64,
 }
 
+/// Largest `dense.seal_vectors` (the dense index's own limit, `dense::MAX_SEAL_VECTORS`: a live
+/// segment preallocates its slot tables).
+pub const MAX_DENSE_SEAL_VECTORS: usize = 10_000_000;
+
 /// The dense index of each collection (see `crate::dense`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -384,11 +388,8 @@ impl Config {
             "server.request_timeout_ms must be at least 1",
         )?;
         check(
-            (1..=crate::dense::MAX_SEAL_VECTORS).contains(&self.dense.seal_vectors),
-            &format!(
-                "dense.seal_vectors must be in 1..={}",
-                crate::dense::MAX_SEAL_VECTORS
-            ),
+            (1..=MAX_DENSE_SEAL_VECTORS).contains(&self.dense.seal_vectors),
+            &format!("dense.seal_vectors must be in 1..={MAX_DENSE_SEAL_VECTORS}"),
         )?;
         check(
             self.dense.rebuild_dead_share > 0.0 && self.dense.rebuild_dead_share < 1.0,

@@ -35,6 +35,12 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Adds a metric kept by another module (e.g. the dense index's search wait); one already
+    /// registered is left as it is.
+    pub fn register(&self, collector: Box<dyn prometheus::core::Collector>) {
+        let _ = self.registry.register(collector);
+    }
+
     pub fn new() -> Self {
         let registry = Registry::new_custom(Some("lathe".into()), None)
             .expect("static registry options are valid");
@@ -136,7 +142,6 @@ impl Metrics {
             Box::new(metrics.collection_damaged.clone()),
             Box::new(metrics.index_writers_open.clone()),
             Box::new(metrics.index_writer_evictions.clone()),
-            Box::new(crate::dense::SEARCH_WAIT_SECONDS.clone()),
         ] {
             metrics
                 .registry

@@ -56,6 +56,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::dense::{DenseIndexConfig, SEARCH_WAIT_SECONDS as DENSE_SEARCH_WAIT_SECONDS};
 pub use collection::{dense_dir, CollectionIndex};
 pub use fault::{CollectionEntry, Fault, FaultKind, FaultedCollection};
 pub use lock::DataDirLock;
@@ -69,7 +70,6 @@ use folders::{
     CREATING_PREFIX, DELETING_PREFIX, INDEX_DIR, SETTINGS_FILE,
 };
 
-use crate::dense::DenseIndexConfig;
 use crate::error::{LatheError, Result};
 
 /// Collections opened at once at start.

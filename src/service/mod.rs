@@ -25,10 +25,12 @@ use std::time::Duration;
 use crate::chunk::{Strategy, Unit};
 use crate::config::{Config, DenseModel};
 use crate::cpu_pool::CpuPool;
-use crate::dense::DenseIndexConfig;
 use crate::embed::{Embedder, MiniLmConfig, MiniLmEmbedder, StaticEmbedder};
 use crate::error::{LatheError, Result};
-use crate::index::{Catalog, DataDirLock, Fault, OpenCollection, StoredSettings, WriterSettings};
+use crate::index::{
+    Catalog, DataDirLock, DenseIndexConfig, Fault, OpenCollection, StoredSettings, WriterSettings,
+    DENSE_SEARCH_WAIT_SECONDS,
+};
 use crate::telemetry::Metrics;
 use crate::tokenizer::BudgetTokenizer;
 use crate::types::ChunkingSpec;
@@ -63,6 +65,7 @@ impl Engine {
     pub fn open(config: Config, metrics: Arc<Metrics>) -> Result<Self> {
         // First, before models load or any collection opens: one server per data dir.
         let lock = DataDirLock::acquire(&config.storage.data_dir)?;
+        metrics.register(Box::new(DENSE_SEARCH_WAIT_SECONDS.clone()));
         let models_dir = config.models.dir.clone();
         let embedder = open_embedder(&config)?;
         let dense = embedder.as_ref().map(|e| {
