@@ -19,6 +19,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub storage: StorageConfig,
     pub models: ModelsConfig,
+    pub dense: DenseConfig,
     pub limits: LimitsConfig,
     pub retrieval: RetrievalConfig,
     pub cache: CacheConfig,
@@ -70,6 +71,31 @@ pub struct ServerConfig {
     pub request_timeout_ms: u64,
     /// Time given to in-flight requests after SIGTERM (milliseconds).
     pub drain_timeout_ms: u64,
+}
+
+/// Largest `dense.seal_vectors` (the dense index's own limit, `dense::MAX_SEAL_VECTORS`: a live
+/// segment preallocates its slot tables).
+pub const MAX_DENSE_SEAL_VECTORS: usize = 10_000_000;
+
+/// The dense index of each collection (see `crate::dense`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DenseConfig {
+    /// Vectors the live (in-memory) segment takes before it is sealed: dumped to disk, so an
+    /// open loads it rather than inserting its vectors again.
+    pub seal_vectors: usize,
+    /// Share of dead vectors (deleted or replaced sections) past which a sealed segment is
+    /// rebuilt from its live vectors, in the background.
+    pub rebuild_dead_share: f32,
+}
+
+impl Default for DenseConfig {
+    fn default() -> Self {
+        Self {
+            seal_vectors: 20_000,
+            rebuild_dead_share: 0.25,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -381,6 +407,14 @@ impl Config {
 
     /// `storage`: commit interval and the writers (tantivy bounds the memory of one).
     fn validate_storage(&self) -> Result<(), ConfigError> {
+        check(
+            (1..=MAX_DENSE_SEAL_VECTORS).contains(&self.dense.seal_vectors),
+            &format!("dense.seal_vectors must be in 1..={MAX_DENSE_SEAL_VECTORS}"),
+        )?;
+        check(
+            self.dense.rebuild_dead_share > 0.0 && self.dense.rebuild_dead_share < 1.0,
+            "dense.rebuild_dead_share must be above 0 and below 1",
+        )?;
         check(
             self.storage.commit_interval_ms >= 1,
             "storage.commit_interval_ms must be at least 1",

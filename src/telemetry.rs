@@ -179,6 +179,12 @@ impl CollectionMetrics {
 }
 
 impl Metrics {
+    /// Adds a metric kept by another module (e.g. the dense index's search wait); one already
+    /// registered is left as it is.
+    pub fn register(&self, collector: Box<dyn Collector>) {
+        let _ = self.registry.register(collector);
+    }
+
     pub fn new() -> Self {
         let registry = Registry::new_custom(Some("lathe".into()), None)
             .expect("static registry options are valid");

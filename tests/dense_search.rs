@@ -1,5 +1,6 @@
 //! The dense index with real MiniLM vectors: a paraphrased question finds its section.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 use lathe::dense::{DenseIndex, DenseIndexConfig};
@@ -40,11 +41,17 @@ const SECTIONS: [&str; 20] = [
 ];
 
 #[test]
-fn paraphrased_question_finds_its_section_and_survives_save_load() {
+fn paraphrased_question_finds_its_section_and_survives_seal_and_reopen() {
     let embedder =
         MiniLmEmbedder::new(MiniLmConfig::from_models_dir(&models_dir())).expect("MiniLM loads");
     let vectors = embedder.embed_texts(&SECTIONS).expect("embeds");
-    let mut index = DenseIndex::new(DenseIndexConfig::new(embedder.dim())).expect("valid config");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (index, _) = DenseIndex::open(
+        dir.path(),
+        DenseIndexConfig::new(embedder.dim()),
+        &HashSet::new(),
+    )
+    .expect("opens");
     index
         .insert_many((0..SECTIONS.len()).map(|i| (1000 + i as u64, vectors.row(i))))
         .expect("inserts");
@@ -62,11 +69,12 @@ fn paraphrased_question_finds_its_section_and_survives_save_load() {
         1012
     );
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    index.save(dir.path()).expect("saves");
+    index.seal();
     drop(index);
-    let mut loaded =
-        DenseIndex::load(dir.path(), DenseIndexConfig::new(embedder.dim())).expect("loads");
+    let live: HashSet<u64> = (0..SECTIONS.len()).map(|i| 1000 + i as u64).collect();
+    let (loaded, missing) =
+        DenseIndex::open(dir.path(), DenseIndexConfig::new(embedder.dim()), &live).expect("opens");
+    assert!(missing.is_empty(), "{missing:?}");
     let reloaded_hits = loaded.search(&query, 5, &|_| true).expect("searches");
     assert_eq!(
         hits.iter().map(|h| h.0).collect::<Vec<_>>(),

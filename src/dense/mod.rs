@@ -1,33 +1,64 @@
-//! Dense vector index: HNSW graph (hnsw_rs) over unit vectors, with tombstones.
+//! Dense vector index: hnsw graphs (hnsw_rs) over unit vectors, in segments, with tombstones.
 //!
-//! hnsw_rs cannot delete a point, so a deleted or replaced id leaves a dead slot that searches
-//! filter out; once [`DenseIndex::dead_share`] passes the configured share,
-//! [`DenseIndex::needs_rebuild`] says so and [`DenseIndex::compact`] (or
-//! [`DenseIndex::rebuild`]) builds a fresh graph of the live vectors.
+//! # Layout
+//! A [`DenseIndex`] is a list of **sealed** segments and one **live** segment (the last), each an
+//! hnsw graph of a fixed number of slots (see `segment`). New vectors go into the live segment;
+//! once it is full (`seal_vectors`, or at a clean shutdown) it is sealed: its graph is dumped
+//! with hnsw_rs's `hnswio` under the index's folder and listed in `manifest.json` (see
+//! `persist`), and an empty live segment takes its place. A search asks every segment for `k`
+//! neighbours and merges them by score.
 //!
-//! A collection's dense index is never saved: the section vectors are stored with the sections
-//! in tantivy, the one source of truth, and the graph is rebuilt from them when the collection
-//! opens (see `index::dense_upkeep`). The graph build costs about 50 s for 10k vectors on 2
-//! cores (ef_construction 200): fine for small collections, a known cost for large ones.
+//! hnsw_rs cannot delete a point: a deleted or replaced key leaves a dead slot that searches
+//! filter out. A segment whose dead share passes `rebuild_dead_share`, or the smallest ones when
+//! there are many, are rebuilt from their live vectors by [`DenseIndex::merge_segments`] (on a
+//! thread of the caller's choosing, never under a lock a search takes) and swapped in.
 //!
-//! [`DenseIndex::save`] and [`DenseIndex::load`] keep a standalone index (the live vectors as
-//! f16 and their ids, in one file of our own format, the graph rebuilt at load); the server does
-//! not use them, only tests and tools that keep an index of their own.
+//! Concurrency: searches take no lock but the one around the segment list, for the time of an
+//! `Arc` clone. The writer side (inserts, deletes, seals, the swap at the end of a merge) is
+//! serialised by a mutex that searches never take; a slot becomes visible by an atomic store
+//! once its vector is in the graph.
+//!
+//! Durability: the manifest is not the truth about which keys are live; the caller's store is
+//! (tantivy, for a collection). [`DenseIndex::open`] loads the sealed segments, marks live the
+//! slots of keys the caller says are live and returns the live keys found in no segment, for
+//! the caller to insert again (those written after the last seal).
 
-use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+mod persist;
+mod segment;
+
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock};
+use std::time::Instant;
 
-use half::f16;
-use hnsw_rs::prelude::{Distance, Hnsw};
+use hnsw_rs::prelude::Distance;
 
 use crate::embed::{dot, l2_normalize};
+use persist::{Manifest, SegmentEntry};
+use segment::Segment;
 
-/// File holding the live vectors of a saved index.
-const VECTORS_FILE_NAME: &str = "dense_vectors.bin";
-/// Format name and version at the start of the vectors file.
-const VECTORS_MAGIC: &[u8; 4] = b"LDV1";
+/// Largest allowed `seal_vectors`: a live segment preallocates its slot tables.
+pub const MAX_SEAL_VECTORS: usize = 10_000_000;
+/// More sealed segments than this and the smallest are merged.
+const MAX_SEALED_SEGMENTS: usize = 8;
+/// How many of the smallest segments one tiered merge takes.
+const TIERED_MERGE_WIDTH: usize = 4;
+
+/// How long searches waited for the segment list, the one lock they take (exported as
+/// `lathe_dense_wait_seconds`): the writer holds it only to swap in a new list.
+pub static SEARCH_WAIT_SECONDS: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
+    prometheus::Histogram::with_opts(
+        prometheus::HistogramOpts::new(
+            "dense_wait_seconds",
+            "Time a dense search waited for the dense index before searching",
+        )
+        .buckets(vec![
+            1e-6, 1e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 1e-1, 1.0,
+        ]),
+    )
+    .expect("static metric")
+});
 
 /// Settings of a [`DenseIndex`].
 #[derive(Clone, Debug, PartialEq)]
@@ -41,9 +72,10 @@ pub struct DenseIndexConfig {
     pub ef_search: usize,
     /// Layers of the graph.
     pub max_layer: usize,
-    /// Expected number of vectors, to size tables up front.
-    pub capacity_hint: usize,
-    /// Share of dead slots past which [`DenseIndex::needs_rebuild`] turns true.
+    /// Slots of the live segment: once full it is sealed (persisted, when the index has a folder).
+    pub seal_vectors: usize,
+    /// Share of dead slots past which a sealed segment is rebuilt (and
+    /// [`DenseIndex::needs_rebuild`] turns true).
     pub rebuild_dead_share: f32,
 }
 
@@ -55,7 +87,7 @@ impl DenseIndexConfig {
             ef_construction: 200,
             ef_search: 64,
             max_layer: 16,
-            capacity_hint: 10_000,
+            seal_vectors: 20_000,
             rebuild_dead_share: 0.25,
         }
     }
@@ -103,15 +135,65 @@ impl Distance<f32> for UnitDotDistance {
     }
 }
 
+/// What the index did since it was created or opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DenseCounters {
+    /// Vectors inserted into a graph (by writes, or replayed at open).
+    pub inserted: u64,
+    /// Sealed segments loaded from disk at open.
+    pub loaded_segments: u64,
+    /// Sealed segments found damaged at open (dropped; their live keys were replayed).
+    pub damaged_segments: u64,
+    /// Live segments sealed.
+    pub seals: u64,
+    /// Seals or merges whose files could not be written (the segment stays in memory only).
+    pub persist_failures: u64,
+    /// Merges finished.
+    pub merges: u64,
+}
+
+#[derive(Default)]
+struct AtomicCounters {
+    inserted: AtomicU64,
+    loaded_segments: AtomicU64,
+    damaged_segments: AtomicU64,
+    seals: AtomicU64,
+    persist_failures: AtomicU64,
+    merges: AtomicU64,
+}
+
+/// Where a live key's vector is.
+type Location = (Arc<Segment>, usize);
+
+/// What only the writer side (inserts, deletes, seals, merge swaps) reads and changes.
+struct WriterSide {
+    locations: HashMap<u64, Location>,
+    next_segment_id: u64,
+    /// What `manifest.json` lists now.
+    manifest: Manifest,
+}
+
+impl WriterSide {
+    fn next_id(&mut self) -> u64 {
+        let id = self.next_segment_id;
+        self.next_segment_id += 1;
+        id
+    }
+}
+
 /// Approximate nearest-neighbour index of unit vectors keyed by `u64` ids.
 pub struct DenseIndex {
     config: DenseIndexConfig,
-    graph: Hnsw<'static, f32, UnitDotDistance>,
-    /// External id of each graph slot (hnsw_rs's data id is the slot number).
-    slot_ids: Vec<u64>,
-    slot_live: Vec<bool>,
-    /// Live slot of each live id.
-    live_slots: HashMap<u64, usize>,
+    /// Where sealed segments are kept; `None`: in memory only.
+    dir: Option<PathBuf>,
+    /// Sealed segments, then the live one (always present, always last).
+    segments: RwLock<Arc<Vec<Arc<Segment>>>>,
+    writer: Mutex<WriterSide>,
+    /// Live keys.
+    live_keys: AtomicUsize,
+    /// True while a merge runs (at most one at a time).
+    merging: AtomicBool,
+    counters: AtomicCounters,
 }
 
 impl std::fmt::Debug for DenseIndex {
@@ -119,35 +201,140 @@ impl std::fmt::Debug for DenseIndex {
         formatter
             .debug_struct("DenseIndex")
             .field("config", &self.config)
-            .field("slots", &self.slot_ids.len())
-            .field("live", &self.live_slots.len())
+            .field("segments", &self.segments().len())
+            .field("live", &self.len())
             .finish_non_exhaustive()
     }
 }
 
 impl DenseIndex {
+    /// An empty index kept in memory only.
     pub fn new(config: DenseIndexConfig) -> Result<Self, DenseError> {
-        if config.dim == 0 {
-            return Err(DenseError::InvalidConfig {
-                name: "dim",
-                message: "must be positive".to_owned(),
-            });
-        }
-        // hnsw_rs exits the process (not panics) on more than 256 connections.
-        if config.max_nb_connection == 0 || config.max_nb_connection > 256 {
-            return Err(DenseError::InvalidConfig {
-                name: "max_nb_connection",
-                message: format!("must lie in 1..=256, got {}", config.max_nb_connection),
-            });
-        }
-        let graph = new_graph(&config, config.capacity_hint);
-        Ok(Self {
+        validate(&config)?;
+        Ok(Self::assemble(
             config,
-            graph,
-            slot_ids: Vec::new(),
-            slot_live: Vec::new(),
-            live_slots: HashMap::new(),
-        })
+            None,
+            Vec::new(),
+            HashMap::new(),
+            Manifest::default(),
+            0,
+        ))
+    }
+
+    /// Opens the index kept in `dir` (created when absent): loads its sealed segments, marks live
+    /// the slots whose keys `live_keys` holds (the newest copy of a key wins) and returns the
+    /// index with the live keys found in no segment, which the caller inserts again. A damaged
+    /// segment is dropped (logged and counted), so its keys come back in that list.
+    pub fn open(
+        dir: &Path,
+        config: DenseIndexConfig,
+        live_keys: &HashSet<u64>,
+    ) -> Result<(Self, Vec<u64>), DenseError> {
+        validate(&config)?;
+        std::fs::create_dir_all(dir).map_err(|error| DenseError::io(dir, error))?;
+        let mut damaged = 0u64;
+        let listed = match persist::read_manifest(dir) {
+            Ok(Some(manifest)) if manifest.dim == config.dim => manifest,
+            Ok(Some(manifest)) => {
+                tracing::warn!(dir = %dir.display(), stored = manifest.dim, wanted = config.dim, "dense segments hold vectors of another dimension; rebuilding them");
+                Manifest::default()
+            }
+            Ok(None) => Manifest::default(),
+            Err(error) => {
+                tracing::error!(dir = %dir.display(), %error, "the dense manifest is damaged; rebuilding the dense segments from the stored vectors");
+                damaged += 1;
+                Manifest::default()
+            }
+        };
+        persist::remove_unlisted(dir, &listed);
+        let mut kept = Manifest {
+            version: persist::MANIFEST_VERSION,
+            dim: config.dim,
+            segments: Vec::new(),
+        };
+        let mut segments: Vec<Arc<Segment>> = Vec::new();
+        let mut next_segment_id = 0;
+        for entry in &listed.segments {
+            next_segment_id = next_segment_id.max(entry.id + 1);
+            match persist::load_segment(dir, entry, config.dim) {
+                Ok(segment) => {
+                    segments.push(Arc::new(segment));
+                    kept.segments.push(entry.clone());
+                }
+                Err(error) => {
+                    tracing::error!(segment = entry.id, %error, "a dense segment is damaged; dropping it and inserting its live vectors again from the stored sections");
+                    damaged += 1;
+                    persist::remove_segment_files(dir, entry);
+                }
+            }
+        }
+        if kept != listed {
+            persist::write_manifest(dir, &kept)?;
+        }
+        // Newest first: a key stored twice (written again after a seal) takes its newest vector.
+        let mut locations: HashMap<u64, Location> = HashMap::with_capacity(live_keys.len());
+        for segment in segments.iter().rev() {
+            for slot in (0..segment.reserved()).rev() {
+                let key = segment.key(slot);
+                if live_keys.contains(&key) && !locations.contains_key(&key) {
+                    segment.set_live(slot);
+                    locations.insert(key, (Arc::clone(segment), slot));
+                }
+            }
+        }
+        let missing: Vec<u64> = live_keys
+            .iter()
+            .filter(|key| !locations.contains_key(key))
+            .copied()
+            .collect();
+        let loaded = segments.len() as u64;
+        let index = Self::assemble(
+            config,
+            Some(dir.to_path_buf()),
+            segments,
+            locations,
+            kept,
+            next_segment_id,
+        );
+        index
+            .counters
+            .loaded_segments
+            .store(loaded, Ordering::Relaxed);
+        index
+            .counters
+            .damaged_segments
+            .store(damaged, Ordering::Relaxed);
+        Ok((index, missing))
+    }
+
+    fn assemble(
+        config: DenseIndexConfig,
+        dir: Option<PathBuf>,
+        mut segments: Vec<Arc<Segment>>,
+        locations: HashMap<u64, Location>,
+        manifest: Manifest,
+        next_segment_id: u64,
+    ) -> Self {
+        let mut writer = WriterSide {
+            locations,
+            next_segment_id,
+            manifest,
+        };
+        segments.push(Arc::new(Segment::empty(
+            writer.next_id(),
+            &config,
+            config.seal_vectors,
+        )));
+        let live_keys = AtomicUsize::new(writer.locations.len());
+        Self {
+            config,
+            dir,
+            segments: RwLock::new(Arc::new(segments)),
+            writer: Mutex::new(writer),
+            live_keys,
+            merging: AtomicBool::new(false),
+            counters: AtomicCounters::default(),
+        }
     }
 
     pub fn config(&self) -> &DenseIndexConfig {
@@ -156,23 +343,51 @@ impl DenseIndex {
 
     /// Number of live vectors.
     pub fn len(&self) -> usize {
-        self.live_slots.len()
+        self.live_keys.load(Ordering::Acquire)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.live_slots.is_empty()
+        self.len() == 0
     }
 
     pub fn contains(&self, id: u64) -> bool {
-        self.live_slots.contains_key(&id)
+        self.writer_side().locations.contains_key(&id)
     }
 
-    /// Share of graph slots that are tombstones (0 for an empty graph).
+    /// How many of `ids` are live (one lock for all of them).
+    pub fn count_contained(&self, ids: impl IntoIterator<Item = u64>) -> u64 {
+        let writer = self.writer_side();
+        ids.into_iter()
+            .filter(|id| writer.locations.contains_key(id))
+            .count() as u64
+    }
+
+    pub fn counters(&self) -> DenseCounters {
+        let counters = &self.counters;
+        DenseCounters {
+            inserted: counters.inserted.load(Ordering::Relaxed),
+            loaded_segments: counters.loaded_segments.load(Ordering::Relaxed),
+            damaged_segments: counters.damaged_segments.load(Ordering::Relaxed),
+            seals: counters.seals.load(Ordering::Relaxed),
+            persist_failures: counters.persist_failures.load(Ordering::Relaxed),
+            merges: counters.merges.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Number of segments, the live one included.
+    pub fn segment_count(&self) -> usize {
+        self.segments().len()
+    }
+
+    /// Share of all graph slots that are tombstones (0 for an empty index).
     pub fn dead_share(&self) -> f32 {
-        if self.slot_ids.is_empty() {
+        let segments = self.segments();
+        let slots: usize = segments.iter().map(|s| s.reserved()).sum();
+        if slots == 0 {
             return 0.0;
         }
-        (self.slot_ids.len() - self.live_slots.len()) as f32 / self.slot_ids.len() as f32
+        let live: usize = segments.iter().map(|s| s.live_count()).sum();
+        (slots - live) as f32 / slots as f32
     }
 
     /// True once the dead share passed the configured threshold.
@@ -181,39 +396,68 @@ impl DenseIndex {
     }
 
     /// Adds `vector` under `id` (normalised here); an id already present is replaced.
-    pub fn insert(&mut self, id: u64, vector: &[f32]) -> Result<(), DenseError> {
-        let unit = self.checked_unit_vector(id, vector)?;
-        let slot = self.claim_slot(id);
-        self.graph.insert_slice((&unit, slot));
-        Ok(())
+    pub fn insert(&self, id: u64, vector: &[f32]) -> Result<(), DenseError> {
+        self.insert_many([(id, vector)])
     }
 
-    /// Adds many vectors, building the graph on the rayon pool. All vectors are checked before any
-    /// is added; a repeated id keeps its last vector.
+    /// Adds many vectors (building the graph on the rayon pool when there are several). All
+    /// vectors are checked before any is added; a repeated id keeps its last vector. The live
+    /// segment is sealed whenever it fills up.
     pub fn insert_many<'v>(
-        &mut self,
+        &self,
         items: impl IntoIterator<Item = (u64, &'v [f32])>,
     ) -> Result<(), DenseError> {
         let mut units: Vec<(u64, Vec<f32>)> = Vec::new();
         for (id, vector) in items {
             units.push((id, self.checked_unit_vector(id, vector)?));
         }
-        let mut batch: Vec<(&[f32], usize)> = Vec::with_capacity(units.len());
-        for (id, unit) in &units {
-            let slot = self.claim_slot(*id);
-            batch.push((unit.as_slice(), slot));
+        if units.is_empty() {
+            return Ok(());
         }
-        // Slots of ids repeated inside this batch are already dead: indexing them is harmless and
-        // keeps the slot numbers dense.
-        self.graph.parallel_insert_slice(&batch);
+        let mut writer = self.writer_side();
+        let mut start = 0;
+        while start < units.len() {
+            let live = self.live_segment();
+            if live.free() == 0 {
+                self.seal_locked(&mut writer);
+                continue;
+            }
+            let end = (start + live.free()).min(units.len());
+            let batch = &units[start..end];
+            let keys: Vec<u64> = batch.iter().map(|(id, _)| *id).collect();
+            let first = live.reserve(&keys);
+            let graph_batch: Vec<(&[f32], usize)> = batch
+                .iter()
+                .enumerate()
+                .map(|(offset, (_, unit))| (unit.as_slice(), first + offset))
+                .collect();
+            if graph_batch.len() == 1 {
+                live.graph.insert_slice(graph_batch[0]);
+            } else {
+                live.graph.parallel_insert_slice(&graph_batch);
+            }
+            for (offset, key) in keys.iter().enumerate() {
+                self.publish(&mut writer, &live, first + offset, *key);
+            }
+            start = end;
+        }
+        // Sealed as soon as it is full, not at the next insert: a crash then replays less.
+        if self.live_segment().free() == 0 {
+            self.seal_locked(&mut writer);
+        }
+        self.counters
+            .inserted
+            .fetch_add(units.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
     /// Tombstones `id`; returns whether it was live.
-    pub fn delete(&mut self, id: u64) -> bool {
-        match self.live_slots.remove(&id) {
-            Some(slot) => {
-                self.slot_live[slot] = false;
+    pub fn delete(&self, id: u64) -> bool {
+        let mut writer = self.writer_side();
+        match writer.locations.remove(&id) {
+            Some((segment, slot)) => {
+                segment.set_dead(slot);
+                self.live_keys.fetch_sub(1, Ordering::AcqRel);
                 true
             }
             None => false,
@@ -221,7 +465,7 @@ impl DenseIndex {
     }
 
     /// The `k` live vectors most similar to `query` (cosine) among ids that `filter` accepts,
-    /// best first. Fewer come back when the filter rejects much of the graph.
+    /// best first: `k` from each segment, merged. Fewer come back when the filter rejects much.
     pub fn search(
         &self,
         query: &[f32],
@@ -234,145 +478,329 @@ impl DenseIndex {
                 got: query.len(),
             });
         }
-        if k == 0 || self.live_slots.is_empty() {
+        if k == 0 || self.is_empty() {
             return Ok(Vec::new());
         }
         let mut unit = query.to_vec();
         l2_normalize(&mut unit);
-        let accept = |slot: &usize| {
-            let live = self.slot_live.get(*slot).copied().unwrap_or(false);
-            live && filter(self.slot_ids[*slot])
-        };
         let ef = self.config.ef_search.max(k);
-        let neighbours = self.graph.search_filter(&unit, k, ef, Some(&accept));
-        let mut hits: Vec<(u64, f32)> = neighbours
-            .iter()
-            .filter(|neighbour| accept(&neighbour.d_id))
-            .map(|neighbour| (self.slot_ids[neighbour.d_id], 1.0 - neighbour.distance))
-            .collect();
+        let waiting = Instant::now();
+        let segments = self.segments();
+        SEARCH_WAIT_SECONDS.observe(waiting.elapsed().as_secs_f64());
+        let mut hits: Vec<(u64, f32)> = Vec::new();
+        for segment in segments.iter() {
+            if segment.live_count() == 0 {
+                continue;
+            }
+            let accept = |slot: &usize| segment.is_live(*slot) && filter(segment.key(*slot));
+            let neighbours = segment.graph.search_filter(&unit, k, ef, Some(&accept));
+            hits.extend(
+                neighbours
+                    .iter()
+                    .filter(|neighbour| accept(&neighbour.d_id))
+                    .map(|neighbour| (segment.key(neighbour.d_id), 1.0 - neighbour.distance)),
+            );
+        }
         hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        // A key being replaced can be live in two segments for an instant: keep its best.
+        let mut seen = HashSet::with_capacity(hits.len());
+        hits.retain(|(id, _)| seen.insert(*id));
         hits.truncate(k);
         Ok(hits)
     }
 
-    /// Replaces the whole content by `live` (a fresh graph, no tombstones).
-    pub fn rebuild(
-        &mut self,
-        live: impl IntoIterator<Item = (u64, Vec<f32>)>,
-    ) -> Result<(), DenseError> {
-        let mut fresh = Self::new(self.config.clone())?;
-        let live: Vec<(u64, Vec<f32>)> = live.into_iter().collect();
-        fresh.graph = new_graph(&self.config, live.len().max(self.config.capacity_hint));
-        fresh.insert_many(live.iter().map(|(id, vector)| (*id, vector.as_slice())))?;
-        *self = fresh;
-        Ok(())
+    /// Seals the live segment (persisting it when the index has a folder), unless it is empty.
+    /// A seal never fails: a segment whose files cannot be written stays in memory, is counted,
+    /// and is tried again at the next seal; its keys are replayed at the next open meanwhile.
+    pub fn seal(&self) {
+        let mut writer = self.writer_side();
+        self.seal_locked(&mut writer);
     }
 
-    /// Rebuilds the graph from its own live vectors, dropping tombstones.
-    pub fn compact(&mut self) -> Result<(), DenseError> {
-        let live = self.live_vectors();
-        self.rebuild(live)
+    /// Seals the live segment and merges every sealed segment into one, dropping tombstones.
+    pub fn compact(&self) -> Result<(), DenseError> {
+        self.seal();
+        let ids: Vec<u64> = self.sealed_segments().iter().map(|s| s.id).collect();
+        self.merge_segments(&ids)
+    }
+
+    /// The sealed segments worth merging now, if any: each one past the dead share, and the
+    /// smallest ones when there are more than a few.
+    pub fn segments_to_merge(&self) -> Option<Vec<u64>> {
+        let sealed = self.sealed_segments();
+        let mut chosen: Vec<u64> = sealed
+            .iter()
+            .filter(|s| s.dead_share() > self.config.rebuild_dead_share)
+            .map(|s| s.id)
+            .collect();
+        if sealed.len() > MAX_SEALED_SEGMENTS {
+            let mut by_size: Vec<&Arc<Segment>> = sealed.iter().collect();
+            by_size.sort_by_key(|s| s.live_count());
+            for segment in by_size.into_iter().take(TIERED_MERGE_WIDTH) {
+                if !chosen.contains(&segment.id) {
+                    chosen.push(segment.id);
+                }
+            }
+        }
+        (!chosen.is_empty()).then_some(chosen)
+    }
+
+    /// Claims the right to run a merge; `false` when one runs. [`Self::merge_segments`] gives it
+    /// back.
+    pub fn try_start_merge(&self) -> bool {
+        !self.merging.swap(true, Ordering::AcqRel)
+    }
+
+    /// Gives back the right claimed by [`Self::try_start_merge`] without merging.
+    pub fn abandon_merge(&self) {
+        self.merging.store(false, Ordering::Release);
+    }
+
+    /// Rebuilds the sealed segments `ids` into one from their live vectors and swaps it in. The
+    /// graph is built without the writer lock; writes that land meanwhile are kept: at the swap,
+    /// a key moves to the merged segment only if it still lives where the merge read it, so a
+    /// key deleted or replaced meanwhile stays dead in the merged segment.
+    pub fn merge_segments(&self, ids: &[u64]) -> Result<(), DenseError> {
+        let result = self.merge_segments_inner(ids, &|| {});
+        self.merging.store(false, Ordering::Release);
+        result
+    }
+
+    /// [`Self::merge_segments`]; `after_read` runs once the live vectors are read (tests write
+    /// there, to land writes in the middle of a merge).
+    fn merge_segments_inner(&self, ids: &[u64], after_read: &dyn Fn()) -> Result<(), DenseError> {
+        let started = Instant::now();
+        let chosen: Vec<Arc<Segment>> = self
+            .sealed_segments()
+            .into_iter()
+            .filter(|segment| ids.contains(&segment.id))
+            .collect();
+        if chosen.is_empty() {
+            return Ok(());
+        }
+        let mut sources: Vec<(u64, Location)> = Vec::new();
+        let mut vectors: Vec<Vec<f32>> = Vec::new();
+        for segment in &chosen {
+            for (slot, vector) in segment.live_vectors() {
+                sources.push((segment.key(slot), (Arc::clone(segment), slot)));
+                vectors.push(vector);
+            }
+        }
+        after_read();
+        let id = self.writer_side().next_id();
+        let merged = Arc::new(Segment::empty(id, &self.config, sources.len()));
+        let keys: Vec<u64> = sources.iter().map(|(key, _)| *key).collect();
+        merged.reserve(&keys);
+        let batch: Vec<(&[f32], usize)> = vectors
+            .iter()
+            .enumerate()
+            .map(|(slot, vector)| (vector.as_slice(), slot))
+            .collect();
+        merged.graph.parallel_insert_slice(&batch);
+        drop(batch);
+        drop(vectors);
+        // Written before the swap, listed in the manifest at the swap.
+        let entry = match &self.dir {
+            Some(dir) if !keys.is_empty() => match persist::dump_segment(dir, &merged) {
+                Ok(entry) => Some(entry),
+                Err(error) => {
+                    tracing::error!(%error, "writing a merged dense segment failed; it stays in memory");
+                    self.counters
+                        .persist_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+            },
+            _ => None,
+        };
+        let mut writer = self.writer_side();
+        for (slot, (key, (source, source_slot))) in sources.iter().enumerate() {
+            let unchanged = writer
+                .locations
+                .get(key)
+                .is_some_and(|(segment, at)| Arc::ptr_eq(segment, source) && at == source_slot);
+            if unchanged {
+                merged.set_live(slot);
+                // The source slot stays live until the list swap below drops its segment, so
+                // the key never goes missing from searches (they keep the best of two copies).
+                writer.locations.insert(*key, (Arc::clone(&merged), slot));
+            }
+        }
+        let mut removed_entries: Vec<SegmentEntry> = Vec::new();
+        if let Some(dir) = &self.dir {
+            let mut manifest = writer.manifest.clone();
+            removed_entries = manifest
+                .segments
+                .iter()
+                .filter(|e| ids.contains(&e.id))
+                .cloned()
+                .collect();
+            manifest.segments.retain(|e| !ids.contains(&e.id));
+            if let Some(entry) = &entry {
+                merged.mark_persisted();
+                manifest.segments.push(entry.clone());
+            }
+            // The chosen segments' keys now live in the merged segment: a manifest still listing
+            // them would be as good (open takes the live keys from the caller), so a failure
+            // here only leaves stale files, removed at the next open.
+            match persist::write_manifest(dir, &manifest) {
+                Ok(()) => writer.manifest = manifest,
+                Err(error) => {
+                    tracing::error!(%error, "updating the dense manifest after a merge failed");
+                    self.counters
+                        .persist_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    removed_entries.clear();
+                }
+            }
+        }
+        self.replace_segments(|segments| {
+            let position = segments
+                .iter()
+                .position(|s| ids.contains(&s.id))
+                .unwrap_or(0);
+            segments.retain(|s| !ids.contains(&s.id));
+            if merged.reserved() > 0 {
+                segments.insert(position.min(segments.len() - 1), Arc::clone(&merged));
+            }
+        });
+        drop(writer);
+        if let Some(dir) = &self.dir {
+            for entry in &removed_entries {
+                persist::remove_segment_files(dir, entry);
+            }
+        }
+        self.counters.merges.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            segments = chosen.len(),
+            vectors = keys.len(),
+            seconds = started.elapsed().as_secs_f32(),
+            "dense segments merged"
+        );
+        Ok(())
     }
 
     /// Copies of the live vectors with their ids, in no particular order.
     pub fn live_vectors(&self) -> Vec<(u64, Vec<f32>)> {
-        let mut live = Vec::with_capacity(self.live_slots.len());
-        // hnsw_rs's point iterator unwraps the entry point: only walk a non-empty graph.
-        if self.graph.get_nb_point() == 0 {
-            return live;
-        }
-        for point in self.graph.get_point_indexation() {
-            let slot = point.get_origin_id();
-            if self.slot_live.get(slot).copied().unwrap_or(false) {
-                live.push((self.slot_ids[slot], point.get_v().to_vec()));
+        let mut live = Vec::with_capacity(self.len());
+        for segment in self.segments().iter() {
+            for (slot, vector) in segment.live_vectors() {
+                live.push((segment.key(slot), vector));
             }
         }
         live
     }
 
-    /// Writes the live vectors and ids to `dir` (created if missing), atomically replacing an
-    /// earlier save.
-    pub fn save(&self, dir: &Path) -> Result<(), DenseError> {
-        std::fs::create_dir_all(dir).map_err(|error| DenseError::io(dir, error))?;
-        let final_path = dir.join(VECTORS_FILE_NAME);
-        let temporary_path = dir.join(format!("{VECTORS_FILE_NAME}.tmp"));
-        let live = self.live_vectors();
-        let write = || -> std::io::Result<()> {
-            let file = File::create(&temporary_path)?;
-            let mut writer = BufWriter::new(file);
-            writer.write_all(VECTORS_MAGIC)?;
-            writer.write_all(&(self.config.dim as u32).to_le_bytes())?;
-            writer.write_all(&(live.len() as u64).to_le_bytes())?;
-            for (id, vector) in &live {
-                writer.write_all(&id.to_le_bytes())?;
-                for &x in vector {
-                    writer.write_all(&f16::from_f32(x).to_le_bytes())?;
-                }
-            }
-            let file = writer.into_inner().map_err(|error| error.into_error())?;
-            file.sync_all()
-        };
-        write().map_err(|error| DenseError::io(&temporary_path, error))?;
-        std::fs::rename(&temporary_path, &final_path)
-            .map_err(|error| DenseError::io(&final_path, error))
+    fn seal_locked(&self, writer: &mut MutexGuard<'_, WriterSide>) {
+        let live = self.live_segment();
+        if live.reserved() > 0 {
+            let fresh = Arc::new(Segment::empty(
+                writer.next_id(),
+                &self.config,
+                self.config.seal_vectors,
+            ));
+            self.replace_segments(|segments| segments.push(fresh));
+            self.counters.seals.fetch_add(1, Ordering::Relaxed);
+        }
+        self.persist_sealed(writer);
     }
 
-    /// Loads what [`Self::save`] wrote into `dir` and rebuilds the graph. `config.dim` must match
-    /// the saved vectors.
-    pub fn load(dir: &Path, config: DenseIndexConfig) -> Result<Self, DenseError> {
-        let path = dir.join(VECTORS_FILE_NAME);
-        let file = File::open(&path).map_err(|error| DenseError::io(&path, error))?;
-        let file_len = file
-            .metadata()
-            .map_err(|error| DenseError::io(&path, error))?
-            .len();
-        let mut reader = BufReader::new(file);
-        let mut header = [0u8; 16];
-        reader
-            .read_exact(&mut header)
-            .map_err(|_| DenseError::corrupt(&path, "shorter than its header"))?;
-        if &header[..4] != VECTORS_MAGIC {
-            return Err(DenseError::corrupt(&path, "wrong magic bytes"));
+    /// Writes every sealed segment not yet on disk and lists them in the manifest.
+    fn persist_sealed(&self, writer: &mut MutexGuard<'_, WriterSide>) {
+        let Some(dir) = &self.dir else {
+            return;
+        };
+        let pending: Vec<Arc<Segment>> = self
+            .sealed_segments()
+            .into_iter()
+            .filter(|s| !s.is_persisted())
+            .collect();
+        if pending.is_empty() {
+            return;
         }
-        let dim = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
-        let count = u64::from_le_bytes([
-            header[8], header[9], header[10], header[11], header[12], header[13], header[14],
-            header[15],
-        ]);
-        if dim != config.dim {
-            return Err(DenseError::DimensionMismatch {
-                expected: config.dim,
-                got: dim,
-            });
+        let mut manifest = writer.manifest.clone();
+        let mut written = Vec::new();
+        for segment in &pending {
+            match persist::dump_segment(dir, segment) {
+                Ok(entry) => {
+                    manifest.segments.push(entry);
+                    written.push(Arc::clone(segment));
+                }
+                Err(error) => {
+                    tracing::error!(segment = segment.id, %error, "writing a sealed dense segment failed; it stays in memory");
+                    self.counters
+                        .persist_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
-        let record_len = 8 + 2 * dim as u64;
-        if count
-            .checked_mul(record_len)
-            .and_then(|body| body.checked_add(16))
-            != Some(file_len)
-        {
-            return Err(DenseError::corrupt(
-                &path,
-                format!("{file_len} bytes do not hold {count} vectors of {dim}"),
-            ));
+        // The manifest lists segments in the order of the segment list.
+        let order: HashMap<u64, usize> = self
+            .segments()
+            .iter()
+            .enumerate()
+            .map(|(position, s)| (s.id, position))
+            .collect();
+        manifest
+            .segments
+            .sort_by_key(|e| order.get(&e.id).copied().unwrap_or(usize::MAX));
+        match persist::write_manifest(dir, &manifest) {
+            Ok(()) => {
+                writer.manifest = manifest;
+                for segment in written {
+                    segment.mark_persisted();
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, "writing the dense manifest failed; the sealed segments stay in memory");
+                self.counters
+                    .persist_failures
+                    .fetch_add(1, Ordering::Relaxed);
+            }
         }
-        let mut record = vec![0u8; record_len as usize];
-        let mut live = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            reader
-                .read_exact(&mut record)
-                .map_err(|error| DenseError::io(&path, error))?;
-            let mut id_bytes = [0u8; 8];
-            id_bytes.copy_from_slice(&record[..8]);
-            let vector: Vec<f32> = record[8..]
-                .chunks_exact(2)
-                .map(|half| f16::from_le_bytes([half[0], half[1]]).to_f32())
-                .collect();
-            live.push((u64::from_le_bytes(id_bytes), vector));
+    }
+
+    /// Makes `slot` of `segment` the live copy of `key`, tombstoning the one before.
+    fn publish(&self, writer: &mut WriterSide, segment: &Arc<Segment>, slot: usize, key: u64) {
+        segment.set_live(slot);
+        match writer.locations.insert(key, (Arc::clone(segment), slot)) {
+            Some((previous, previous_slot)) => previous.set_dead(previous_slot),
+            None => {
+                self.live_keys.fetch_add(1, Ordering::AcqRel);
+            }
         }
-        let mut index = Self::new(config)?;
-        index.rebuild(live)?;
-        Ok(index)
+    }
+
+    fn writer_side(&self) -> MutexGuard<'_, WriterSide> {
+        // A panic while holding it leaves whole values behind (each change is one store).
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The segment list now: the lock is held for the clone of an `Arc` only.
+    fn segments(&self) -> Arc<Vec<Arc<Segment>>> {
+        Arc::clone(&self.segments.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn sealed_segments(&self) -> Vec<Arc<Segment>> {
+        let segments = self.segments();
+        segments[..segments.len() - 1].to_vec()
+    }
+
+    fn live_segment(&self) -> Arc<Segment> {
+        let segments = self.segments();
+        Arc::clone(&segments[segments.len() - 1])
+    }
+
+    /// Swaps in a changed copy of the segment list (only under the writer lock).
+    fn replace_segments(&self, change: impl FnOnce(&mut Vec<Arc<Segment>>)) {
+        let mut next: Vec<Arc<Segment>> = self.segments().as_ref().clone();
+        change(&mut next);
+        let previous = std::mem::replace(
+            &mut *self.segments.write().unwrap_or_else(|p| p.into_inner()),
+            Arc::new(next),
+        );
+        // Dropping the last reference to a merged-away graph takes time: not under the lock.
+        drop(previous);
     }
 
     fn checked_unit_vector(&self, id: u64, vector: &[f32]) -> Result<Vec<f32>, DenseError> {
@@ -389,27 +817,32 @@ impl DenseIndex {
         l2_normalize(&mut unit);
         Ok(unit)
     }
-
-    /// Gives `id` a new slot, tombstoning its previous one.
-    fn claim_slot(&mut self, id: u64) -> usize {
-        let slot = self.slot_ids.len();
-        self.slot_ids.push(id);
-        self.slot_live.push(true);
-        if let Some(previous) = self.live_slots.insert(id, slot) {
-            self.slot_live[previous] = false;
-        }
-        slot
-    }
 }
 
-fn new_graph(config: &DenseIndexConfig, capacity: usize) -> Hnsw<'static, f32, UnitDotDistance> {
-    Hnsw::new(
-        config.max_nb_connection,
-        capacity.max(1),
-        config.max_layer,
-        config.ef_construction,
-        UnitDotDistance,
-    )
+fn validate(config: &DenseIndexConfig) -> Result<(), DenseError> {
+    if config.dim == 0 {
+        return Err(DenseError::InvalidConfig {
+            name: "dim",
+            message: "must be positive".to_owned(),
+        });
+    }
+    // hnsw_rs exits the process (not panics) on more than 256 connections.
+    if config.max_nb_connection == 0 || config.max_nb_connection > 256 {
+        return Err(DenseError::InvalidConfig {
+            name: "max_nb_connection",
+            message: format!("must lie in 1..=256, got {}", config.max_nb_connection),
+        });
+    }
+    if config.seal_vectors == 0 || config.seal_vectors > MAX_SEAL_VECTORS {
+        return Err(DenseError::InvalidConfig {
+            name: "seal_vectors",
+            message: format!(
+                "must lie in 1..={MAX_SEAL_VECTORS}, got {}",
+                config.seal_vectors
+            ),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -451,8 +884,7 @@ mod tests {
     }
 
     fn small_index(vectors: &[Vec<f32>]) -> DenseIndex {
-        let mut index =
-            DenseIndex::new(DenseIndexConfig::new(vectors[0].len())).expect("valid config");
+        let index = DenseIndex::new(DenseIndexConfig::new(vectors[0].len())).expect("valid config");
         for (id, vector) in vectors.iter().enumerate() {
             index.insert(id as u64, vector).expect("right dimension");
         }
@@ -477,7 +909,7 @@ mod tests {
     #[test]
     fn deleted_ids_never_come_back() {
         let vectors = random_vectors(200, 16, 2);
-        let mut index = small_index(&vectors);
+        let index = small_index(&vectors);
         for id in (0..200u64).filter(|id| id % 3 == 0) {
             assert!(index.delete(id));
         }
@@ -501,7 +933,7 @@ mod tests {
     #[test]
     fn filters_and_replacements_are_respected() {
         let vectors = random_vectors(100, 16, 3);
-        let mut index = small_index(&vectors);
+        let index = small_index(&vectors);
         let hits = index
             .search(&vectors[4], 10, &|id| id % 2 == 0)
             .expect("dim ok");
@@ -518,7 +950,7 @@ mod tests {
 
     #[test]
     fn bad_input_is_an_error_not_a_panic() {
-        let mut index = DenseIndex::new(DenseIndexConfig::new(4)).expect("valid");
+        let index = DenseIndex::new(DenseIndexConfig::new(4)).expect("valid");
         assert!(index
             .search(&[1.0, 0.0, 0.0, 0.0], 3, &|_| true)
             .expect("dim ok")
@@ -554,48 +986,210 @@ mod tests {
         assert!(DenseIndex::new(config).is_err());
     }
 
-    #[test]
-    fn save_and_load_give_the_same_results() {
-        let vectors = random_vectors(500, 64, 4);
-        let mut index = small_index(&vectors);
-        index.delete(7);
-        let dir = tempfile::tempdir().expect("tempdir");
-        index.save(dir.path()).expect("saves");
-        let loaded = DenseIndex::load(dir.path(), DenseIndexConfig::new(64)).expect("loads");
-        assert_eq!(loaded.len(), 499);
-        assert!(!loaded.contains(7));
-        for query in vectors.iter().step_by(25) {
-            let before = index.search(query, 5, &|_| true).expect("ok");
-            let after = loaded.search(query, 5, &|_| true).expect("ok");
-            let before_ids: Vec<u64> = before.iter().map(|h| h.0).collect();
-            let after_ids: Vec<u64> = after.iter().map(|h| h.0).collect();
-            assert_eq!(before_ids, after_ids);
-            for (b, a) in before.iter().zip(&after) {
-                assert!(
-                    (b.1 - a.1).abs() < 2e-3,
-                    "f16 storage moved a similarity too far"
-                );
-            }
-        }
-        assert!(matches!(
-            DenseIndex::load(dir.path(), DenseIndexConfig::new(32)),
-            Err(DenseError::DimensionMismatch { .. })
-        ));
+    /// `count` vectors under ids `0..count` in an index kept in `dir`, sealed every `seal` vectors.
+    fn persisted_index(dir: &Path, vectors: &[Vec<f32>], seal: usize) -> DenseIndex {
+        let mut config = DenseIndexConfig::new(vectors[0].len());
+        config.seal_vectors = seal;
+        let (index, missing) = DenseIndex::open(dir, config, &HashSet::new()).expect("opens");
+        assert!(missing.is_empty());
+        index
+            .insert_many(
+                vectors
+                    .iter()
+                    .enumerate()
+                    .map(|(id, v)| (id as u64, v.as_slice())),
+            )
+            .expect("inserts");
+        index
+    }
+
+    fn reopen(
+        dir: &Path,
+        dim: usize,
+        seal: usize,
+        live: impl Iterator<Item = u64>,
+    ) -> (DenseIndex, Vec<u64>) {
+        let mut config = DenseIndexConfig::new(dim);
+        config.seal_vectors = seal;
+        DenseIndex::open(dir, config, &live.collect()).expect("opens")
+    }
+
+    fn ids_of(hits: &[(u64, f32)]) -> Vec<u64> {
+        hits.iter().map(|hit| hit.0).collect()
     }
 
     #[test]
-    fn corrupt_files_are_errors() {
+    fn a_sealed_index_reopens_without_inserting_and_searches_the_same() {
+        let vectors = random_vectors(500, 32, 4);
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join(VECTORS_FILE_NAME);
-        for bytes in [
-            &b""[..],
-            b"LDV1",
-            b"XXXX\x04\0\0\0\x01\0\0\0\0\0\0\0",
-            b"LDV1\x04\0\0\0\x09\0\0\0\0\0\0\0abc",
-        ] {
-            std::fs::write(&path, bytes).expect("write");
-            assert!(DenseIndex::load(dir.path(), DenseIndexConfig::new(4)).is_err());
+        let index = persisted_index(dir.path(), &vectors, 200);
+        assert!(index.delete(7));
+        // A clean close seals what the live segment holds.
+        index.seal();
+        let before: Vec<Vec<(u64, f32)>> = vectors
+            .iter()
+            .step_by(25)
+            .map(|query| index.search(query, 5, &|_| true).expect("ok"))
+            .collect();
+        drop(index);
+
+        let (reopened, missing) = reopen(dir.path(), 32, 200, (0..500).filter(|id| *id != 7));
+        assert!(missing.is_empty(), "{missing:?}");
+        let counters = reopened.counters();
+        assert_eq!(counters.inserted, 0, "nothing is inserted at a clean open");
+        assert_eq!(counters.loaded_segments, 3);
+        assert_eq!(counters.damaged_segments, 0);
+        assert_eq!(reopened.len(), 499);
+        assert!(!reopened.contains(7));
+        for (query, before) in vectors.iter().step_by(25).zip(&before) {
+            let after = reopened.search(query, 5, &|_| true).expect("ok");
+            assert_eq!(&after, before);
         }
-        assert!(DenseIndex::load(&dir.path().join("missing"), DenseIndexConfig::new(4)).is_err());
+    }
+
+    #[test]
+    fn tombstones_survive_reopen_and_unsealed_keys_come_back_as_missing() {
+        let vectors = random_vectors(250, 16, 5);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = persisted_index(dir.path(), &vectors, 100);
+        // Ids 200..250 sit in the live segment, never sealed: as after kill -9.
+        assert_eq!(index.counters().seals, 2);
+        drop(index);
+        // The caller's store deleted every third id (after the seal) and holds one id more.
+        let live = (0..250u64).filter(|id| id % 3 != 0).chain([1_000]);
+        let (reopened, mut missing) = reopen(dir.path(), 16, 100, live);
+        missing.sort_unstable();
+        let mut wanted: Vec<u64> = (200..250u64).filter(|id| id % 3 != 0).collect();
+        wanted.push(1_000);
+        assert_eq!(missing, wanted);
+        for query in &vectors {
+            let hits = reopened.search(query, 10, &|_| true).expect("ok");
+            assert!(
+                hits.iter().all(|(id, _)| id % 3 != 0 && *id < 200),
+                "{hits:?}"
+            );
+        }
+        assert_eq!(reopened.counters().inserted, 0);
+    }
+
+    #[test]
+    fn a_damaged_segment_is_dropped_and_its_live_keys_come_back_as_missing() {
+        let vectors = random_vectors(200, 16, 6);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = persisted_index(dir.path(), &vectors, 100);
+        index.seal();
+        drop(index);
+        let data = dir.path().join("seg-0.hnsw.data");
+        let mut bytes = std::fs::read(&data).expect("dumped");
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x40;
+        std::fs::write(&data, &bytes).expect("write");
+
+        let (reopened, mut missing) = reopen(dir.path(), 16, 100, 0..200);
+        missing.sort_unstable();
+        assert_eq!(missing, (0..100).collect::<Vec<u64>>());
+        assert_eq!(reopened.counters().damaged_segments, 1);
+        assert!(!data.exists(), "the damaged segment's files are removed");
+        // The caller inserts the missing vectors again: every key is found as its own nearest.
+        reopened
+            .insert_many(
+                missing
+                    .iter()
+                    .map(|id| (*id, vectors[*id as usize].as_slice())),
+            )
+            .expect("inserts");
+        for (id, query) in vectors.iter().enumerate() {
+            assert_eq!(
+                reopened.search(query, 1, &|_| true).expect("ok")[0].0,
+                id as u64
+            );
+        }
+        drop(reopened);
+        // The manifest no longer lists it: a second open finds nothing damaged.
+        let (again, _) = reopen(dir.path(), 16, 100, 0..200);
+        assert_eq!(again.counters().damaged_segments, 0);
+    }
+
+    #[test]
+    fn a_merge_keeps_every_live_key_and_drops_the_dead() {
+        let vectors = random_vectors(400, 16, 7);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = persisted_index(dir.path(), &vectors, 100);
+        index.seal();
+        for id in (0..200u64).filter(|id| id % 2 == 0) {
+            assert!(index.delete(id));
+        }
+        // Segments 0 and 1 are half dead; 2 and 3 whole.
+        let chosen = index.segments_to_merge().expect("dead segments to merge");
+        assert_eq!(chosen, vec![0, 1]);
+        assert!(index.try_start_merge());
+        assert!(!index.try_start_merge(), "one merge at a time");
+        index.merge_segments(&chosen).expect("merges");
+        assert!(index.try_start_merge());
+        index.merge_segments(&[]).expect("nothing to merge");
+        assert_eq!(index.counters().merges, 1);
+        assert_eq!(index.len(), 300);
+        assert!(index.segments_to_merge().is_none());
+        assert!(!dir.path().join("seg-0.hnsw.data").exists());
+        let live = |id: u64| id >= 200 || id % 2 == 1;
+        for (id, query) in vectors.iter().enumerate() {
+            let hits = index.search(query, 10, &|_| true).expect("ok");
+            assert!(hits.iter().all(|(hit, _)| live(*hit)), "{hits:?}");
+            if live(id as u64) {
+                assert_eq!(hits[0].0, id as u64);
+            }
+        }
+        let before = ids_of(&index.search(&vectors[1], 10, &|_| true).expect("ok"));
+        drop(index);
+        let (reopened, missing) = reopen(dir.path(), 16, 100, (0..400).filter(|id| live(*id)));
+        assert!(missing.is_empty(), "{missing:?}");
+        assert_eq!(reopened.counters().loaded_segments, 3);
+        assert_eq!(
+            ids_of(&reopened.search(&vectors[1], 10, &|_| true).expect("ok")),
+            before
+        );
+    }
+
+    #[test]
+    fn writes_that_land_during_a_merge_are_kept() {
+        let vectors = random_vectors(600, 16, 8);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = persisted_index(dir.path(), &vectors[..400], 100);
+        for id in (0..400u64).filter(|id| id % 2 == 0) {
+            index.delete(id);
+        }
+        let chosen = index.segments_to_merge().expect("dead segments to merge");
+        // Deletes and inserts land after the merge read the live vectors, before its swap.
+        let during = || {
+            for id in (0..400u64).filter(|id| id % 4 == 1) {
+                assert!(index.delete(id));
+            }
+            index
+                .insert_many((400..600).map(|id| (id as u64, vectors[id].as_slice())))
+                .expect("inserts");
+        };
+        index
+            .merge_segments_inner(&chosen, &during)
+            .expect("merges");
+        let live = |id: u64| id >= 400 || id % 4 == 3;
+        assert_eq!(index.len(), (0..600u64).filter(|id| live(*id)).count());
+        for (id, query) in vectors.iter().enumerate() {
+            let hits = index.search(query, 10, &|_| true).expect("ok");
+            assert!(hits.iter().all(|(hit, _)| live(*hit)), "{hits:?}");
+            if live(id as u64) {
+                assert_eq!(hits[0].0, id as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_settings_name_themselves() {
+        let mut config = DenseIndexConfig::new(4);
+        config.seal_vectors = 0;
+        let error = DenseIndex::new(config).expect_err("refused").to_string();
+        assert!(
+            error.contains("seal_vectors") && error.contains("1..="),
+            "{error}"
+        );
     }
 }

@@ -11,12 +11,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+
+use crate::dense::{DenseCounters, DenseIndexConfig};
 use std::time::{Duration, Instant};
 
 use tantivy::{Index, IndexReader, ReloadPolicy};
 use tokio::sync::oneshot;
 
-use super::dense_upkeep::{rebuild_from_stored_sections, DenseUpkeep, SharedDenseIndex};
+use super::dense_upkeep::{open_dense_index, DenseUpkeep, SharedDenseIndex};
 use super::integrity::{Integrity, VerifiedDirectory};
 use super::reader::Snapshot;
 use super::records::WriteOp;
@@ -71,20 +73,20 @@ impl CollectionIndex {
             Some(parent) if path.ends_with("index") => folder_name(parent),
             _ => folder_name(path),
         };
-        let mut index = Self::open(path, &name, dense_dim, &settings, &pool)?;
+        let dense = dense_dim.map(DenseIndexConfig::new);
+        let mut index = Self::open(path, &name, dense, &settings, &pool)?;
         index.own_pool = Some(pool);
         Ok(index)
     }
 
     /// Opens the index of collection `name` in `path`, creating it when absent; its writes are
     /// applied by `pool`, whose workers open a tantivy writer only while the collection is
-    /// being written. `dense_dim`: the dimension of section vectors when the neural stage is
-    /// on; the dense index is rebuilt from the vectors stored in tantivy, the one source of
-    /// truth.
+    /// being written. `dense`: the dense index's settings when the neural stage is on; the dense index's sealed segments are loaded from [`dense_dir`] and checked against
+    /// tantivy, the one source of truth (see `dense_upkeep`).
     pub fn open(
         path: &Path,
         name: &str,
-        dense_dim: Option<usize>,
+        dense: Option<DenseIndexConfig>,
         settings: &WriterSettings,
         pool: &CollectionWriterPool,
     ) -> Result<Self> {
@@ -96,14 +98,15 @@ impl CollectionIndex {
         integrity.opened();
         let generation = index.load_metas()?.opstamp;
         let first_snapshot = Snapshot::new(reader.searcher(), generation);
-        let dense = match dense_dim {
+        let dense = match dense {
             None => None,
-            Some(dim) => Some(Arc::new(RwLock::new(rebuild_from_stored_sections(
+            Some(config) => Some(Arc::new(open_dense_index(
                 &first_snapshot,
                 &fields,
-                dim,
+                config,
+                &dense_dir(path),
                 &integrity,
-            )?))),
+            )?)),
         };
         let snapshot = Arc::new(RwLock::new(Arc::new(first_snapshot)));
         let commit_seqlock = Arc::new(AtomicU64::new(0));
@@ -151,6 +154,12 @@ impl CollectionIndex {
     /// generation.
     pub fn commit_seqlock(&self) -> u64 {
         self.commit_seqlock.load(Ordering::SeqCst)
+    }
+
+    /// What the dense index did since the collection opened (inserts, segments loaded or found
+    /// damaged, seals, merges); `None` without the neural stage.
+    pub fn dense_counters(&self) -> Option<DenseCounters> {
+        self.dense.as_ref().map(|dense| dense.counters())
     }
 
     pub fn path(&self) -> &Path {
@@ -203,6 +212,16 @@ impl CollectionIndex {
 impl Drop for CollectionIndex {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Where the dense index of the collection whose tantivy index is in `index_path` keeps its
+/// sealed segments: `<collection>/dense` beside `<collection>/index` in a data dir, else a
+/// `dense` folder inside the index folder.
+pub fn dense_dir(index_path: &Path) -> PathBuf {
+    match index_path.parent() {
+        Some(collection) if index_path.ends_with("index") => collection.join("dense"),
+        _ => index_path.join("dense"),
     }
 }
 

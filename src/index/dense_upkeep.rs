@@ -1,13 +1,23 @@
-//! Keeping a collection's dense index (section vectors in hnsw, see `crate::dense`) in step with
-//! its tantivy index, the one source of truth: [`rebuild_from_stored_sections`] builds it at open
-//! from the vectors stored with the sections; afterwards the writer notes each write in a
-//! [`DenseUpkeep`] and applies them at commit, before the new snapshot is swapped in: the
-//! replaced and deleted sections' vectors are tombstoned (left live, they would crowd the live
-//! sections out of the nearest neighbours), the new ones inserted, and the graph compacted once
-//! tombstones pass their share.
+//! Keeping a collection's dense index (section vectors in segmented hnsw graphs, see
+//! `crate::dense`) in step with its tantivy index, the one source of truth.
+//!
+//! At open, [`open_dense_index`] loads the sealed segments kept in the collection's `dense/`
+//! folder, takes the live section keys from tantivy's `section_key` fast field (no stored bytes
+//! decoded), treats every sealed key not live as a tombstone, and inserts again only the live
+//! sections found in no sealed segment (written after the last seal, e.g. before a kill -9, or
+//! in a segment found damaged), decoding just their stored vectors. So after a crash the lexical
+//! and dense indexes agree by construction.
+//!
+//! Afterwards the writer notes each write in a [`DenseUpkeep`] and applies them at commit, after
+//! tantivy's commit and before the new snapshot is swapped in: the replaced and deleted
+//! sections' vectors are tombstoned (left live, they would crowd the live sections out of the
+//! nearest neighbours) and the new ones inserted into the live segment, which is sealed (dumped
+//! and listed in the manifest) whenever it fills up, so nothing sealed is uncommitted. Sealed
+//! segments with many tombstones (or many small ones) are merged on a background thread.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tantivy::collector::TopDocs;
@@ -24,8 +34,9 @@ use crate::dense::{DenseIndex, DenseIndexConfig};
 use crate::embed::QuantizedVectors;
 use crate::error::{LatheError, Result};
 
-/// A collection's dense index, shared by its readers and its writer (the only one to change it).
-pub type SharedDenseIndex = Arc<RwLock<DenseIndex>>;
+/// A collection's dense index, shared by its readers and its writer. It needs no outer lock: see
+/// `crate::dense` for what searches and writes share.
+pub type SharedDenseIndex = Arc<DenseIndex>;
 
 /// A section's dense-index key and vector.
 type KeyedVector = (u64, Vec<f32>);
@@ -93,70 +104,129 @@ impl DenseUpkeep {
         keys
     }
 
-    /// Tombstones `replaced_keys`, inserts the pending vectors, and compacts the graph when
-    /// tombstones passed their share.
+    /// Tombstones `replaced_keys` and inserts the pending vectors (called after tantivy's commit:
+    /// a seal this causes persists only committed sections). Starts a background merge when
+    /// sealed segments call for one.
     pub fn apply(&mut self, replaced_keys: Vec<u64>) -> Result<()> {
-        let needs_rebuild = {
-            let mut dense = self.dense.write().unwrap_or_else(|p| p.into_inner());
-            for key in replaced_keys {
-                dense.delete(key);
-            }
-            for (_, vectors) in self.pending.drain() {
-                for (key, vector) in vectors.into_iter().flatten() {
-                    dense
-                        .insert(key, &vector)
-                        .map_err(|e| LatheError::internal(format!("dense insert: {e}")))?;
-                }
-            }
-            dense.needs_rebuild()
-        };
-        if needs_rebuild {
-            self.compact()?;
+        for key in replaced_keys {
+            self.dense.delete(key);
         }
+        let vectors: Vec<KeyedVector> = self
+            .pending
+            .drain()
+            .flat_map(|(_, vectors)| vectors.into_iter().flatten())
+            .collect();
+        self.dense
+            .insert_many(
+                vectors
+                    .iter()
+                    .map(|(key, vector)| (*key, vector.as_slice())),
+            )
+            .map_err(|e| LatheError::internal(format!("dense insert: {e}")))?;
+        self.start_merge_if_due();
         Ok(())
     }
 
-    /// Replaces the graph by a fresh one of its live vectors. Compaction rebuilds the whole graph
-    /// (seconds for thousands of sections). The writer is the dense index's only writer, so
-    /// nothing changes it while the fresh graph is built from a copy of its live vectors: queries
-    /// keep searching the old graph under the read lock and wait only for the swap.
-    fn compact(&self) -> Result<()> {
-        let started = Instant::now();
-        let (config, live) = {
-            let dense = self.dense.read().unwrap_or_else(|p| p.into_inner());
-            (dense.config().clone(), dense.live_vectors())
+    /// Seals the live segment, so that the next open inserts nothing (at a clean shutdown).
+    pub fn seal(&self) {
+        self.dense.seal();
+    }
+
+    /// Merges the sealed segments that call for it on a thread of its own: a merge rebuilds
+    /// graphs (seconds per ten thousand vectors) and must hold up neither the writer nor queries.
+    fn start_merge_if_due(&self) {
+        let Some(ids) = self.dense.segments_to_merge() else {
+            return;
         };
-        let mut fresh = DenseIndex::new(config)
-            .map_err(|e| LatheError::internal(format!("dense rebuild: {e}")))?;
-        fresh
-            .rebuild(live)
-            .map_err(|e| LatheError::internal(format!("dense rebuild: {e}")))?;
-        let replaced = std::mem::replace(
-            &mut *self.dense.write().unwrap_or_else(|p| p.into_inner()),
-            fresh,
-        );
-        // Freeing the old graph takes time too: not under the lock.
-        drop(replaced);
-        tracing::info!(
-            seconds = started.elapsed().as_secs_f32(),
-            "dense index compacted"
-        );
-        Ok(())
+        if !self.dense.try_start_merge() {
+            return;
+        }
+        let dense = Arc::clone(&self.dense);
+        let spawned = std::thread::Builder::new()
+            .name("lathe-dense-merge".to_string())
+            .spawn(move || {
+                if let Err(error) = dense.merge_segments(&ids) {
+                    tracing::error!(%error, "merging dense segments failed; they stay as they were");
+                }
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "could not start a dense merge thread; merging later");
+            self.dense.abandon_merge();
+        }
     }
 }
 
-/// Builds the dense index from the section vectors stored in every live section. A section that
-/// fails verification is recorded and left out (reading its document answers DATA_LOSS anyway).
-pub fn rebuild_from_stored_sections(
+/// Opens the dense index kept in `dir` for the sections of `snapshot` (see the module doc). A
+/// section that fails verification while its vector is read is recorded and left out (reading
+/// its document answers DATA_LOSS anyway).
+pub fn open_dense_index(
+    snapshot: &Snapshot,
+    fields: &SectionFields,
+    config: DenseIndexConfig,
+    dir: &Path,
+    integrity: &Integrity,
+) -> Result<DenseIndex> {
+    let started = Instant::now();
+    let searcher = &snapshot.searcher;
+    let mut live_keys: HashSet<u64> = HashSet::with_capacity(searcher.num_docs() as usize);
+    for segment in searcher.segment_readers() {
+        let keys = segment.fast_fields().u64("section_key")?;
+        for doc in segment.doc_ids_alive() {
+            live_keys.extend(keys.first(doc));
+        }
+    }
+    let dim = config.dim;
+    let (dense, missing) = DenseIndex::open(dir, config, &live_keys)
+        .map_err(|e| LatheError::internal(format!("dense index: {e}")))?;
+    let loaded = started.elapsed();
+    let replayed = if missing.is_empty() {
+        0
+    } else {
+        let vectors = stored_vectors(
+            snapshot,
+            fields,
+            dim,
+            &missing.into_iter().collect(),
+            integrity,
+        )?;
+        dense
+            .insert_many(
+                vectors
+                    .iter()
+                    .map(|(key, vector)| (*key, vector.as_slice())),
+            )
+            .map_err(|e| LatheError::internal(format!("dense index: {e}")))?;
+        vectors.len()
+    };
+    let counters = dense.counters();
+    tracing::info!(
+        vectors = dense.len(),
+        loaded_segments = counters.loaded_segments,
+        damaged_segments = counters.damaged_segments,
+        replayed,
+        load_seconds = loaded.as_secs_f32(),
+        seconds = started.elapsed().as_secs_f32(),
+        "dense index opened"
+    );
+    Ok(dense)
+}
+
+/// The stored vectors of the live sections whose keys are in `wanted` (only those are decoded).
+fn stored_vectors(
     snapshot: &Snapshot,
     fields: &SectionFields,
     dim: usize,
+    wanted: &HashSet<u64>,
     integrity: &Integrity,
-) -> Result<DenseIndex> {
-    let mut vectors: Vec<KeyedVector> = Vec::new();
+) -> Result<Vec<KeyedVector>> {
+    let mut vectors: Vec<KeyedVector> = Vec::with_capacity(wanted.len());
     let searcher = &snapshot.searcher;
     for (segment_ord, segment) in searcher.segment_readers().iter().enumerate() {
+        let keys = segment.fast_fields().u64("section_key")?;
         for doc in segment.doc_ids_alive() {
+            if !keys.first(doc).is_some_and(|key| wanted.contains(&key)) {
+                continue;
+            }
             let address = DocAddress::new(segment_ord as u32, doc);
             let section = snapshot
                 .stored_bytes(address)
@@ -179,24 +249,7 @@ pub fn rebuild_from_stored_sections(
             }
         }
     }
-    let mut config = DenseIndexConfig::new(dim);
-    config.capacity_hint = config.capacity_hint.max(vectors.len() * 2);
-    let mut dense =
-        DenseIndex::new(config).map_err(|e| LatheError::internal(format!("dense index: {e}")))?;
-    let started = Instant::now();
-    dense
-        .insert_many(
-            vectors
-                .iter()
-                .map(|(key, vector)| (*key, vector.as_slice())),
-        )
-        .map_err(|e| LatheError::internal(format!("dense index: {e}")))?;
-    tracing::info!(
-        vectors = vectors.len(),
-        seconds = started.elapsed().as_secs_f32(),
-        "dense index rebuilt"
-    );
-    Ok(dense)
+    Ok(vectors)
 }
 
 /// The first row of one `QuantizedVectors` blob.
@@ -209,7 +262,6 @@ fn decode_one_vector(bytes: &[u8]) -> Option<Vec<f32>> {
     vectors.row_into(0, &mut out).ok()?;
     Some(out)
 }
-
 #[cfg(test)]
 mod tests {
     use super::super::testing::{document, open_dense, vector_bytes, write_and_wait};
@@ -273,10 +325,104 @@ mod tests {
         assert_eq!(nearest(&index, [0.0, 1.0, 0.0, 0.0]), [a_new]);
         drop(index);
 
-        // Rebuilt at open from the vectors stored with the live sections only.
+        // Loaded at open (the clean close sealed the live segment), the live sections only.
         let reopened = open_dense(&path, 4).unwrap();
         assert_eq!(dense_stats(&reopened), one);
         assert_eq!(nearest(&reopened, [0.0, 0.0, 1.0, 0.0]), [a_new]);
         assert!(!nearest(&reopened, [0.0, 1.0, 0.0, 0.0]).contains(&b));
+        let counters = reopened.dense_counters().unwrap();
+        assert_eq!((counters.inserted, counters.loaded_segments), (0, 1));
+    }
+
+    /// Three documents with vectors along the first three axes, closed cleanly (one sealed
+    /// segment), in `<dir>/index`.
+    fn sealed_collection(dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join("index");
+        let index = open_dense(&path, 4).unwrap();
+        write_and_wait(
+            &index,
+            vec![
+                with_vector("a", 1, [1.0, 0.0, 0.0, 0.0]),
+                with_vector("b", 1, [0.0, 1.0, 0.0, 0.0]),
+                with_vector("c", 1, [0.0, 0.0, 1.0, 0.0]),
+            ],
+        );
+        drop(index);
+        path
+    }
+
+    #[test]
+    fn a_clean_open_inserts_nothing_and_after_a_crash_only_later_writes_are_inserted() {
+        let data_dir = tempfile::tempdir().unwrap();
+        let path = sealed_collection(data_dir.path());
+        let index = open_dense(&path, 4).unwrap();
+        assert_eq!(index.dense_counters().unwrap().inserted, 0);
+        write_and_wait(&index, vec![with_vector("d", 1, [0.0, 0.0, 0.0, 1.0])]);
+        // As after kill -9: the live segment (holding d) is never sealed.
+        let copy = tempfile::tempdir().unwrap();
+        for folder in ["index", "dense"] {
+            let (from, to) = (data_dir.path().join(folder), copy.path().join(folder));
+            std::fs::create_dir_all(&to).unwrap();
+            for entry in std::fs::read_dir(&from).unwrap() {
+                let entry = entry.unwrap();
+                if entry.file_name() != ".tantivy-writer.lock" {
+                    std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+                }
+            }
+        }
+        drop(index);
+        let crashed = open_dense(&copy.path().join("index"), 4).unwrap();
+        let counters = crashed.dense_counters().unwrap();
+        assert_eq!((counters.inserted, counters.loaded_segments), (1, 1));
+        let all = DenseStats {
+            vectors: 4,
+            sections_with_vector: 4,
+        };
+        assert_eq!(dense_stats(&crashed), all);
+        assert_eq!(
+            nearest(&crashed, [0.0, 0.0, 0.0, 1.0])[0],
+            section_key("d", 0, 1)
+        );
+    }
+
+    #[test]
+    fn a_damaged_segment_file_is_detected_and_repaired_from_the_stored_vectors() {
+        let data_dir = tempfile::tempdir().unwrap();
+        let path = sealed_collection(data_dir.path());
+        let graph = data_dir.path().join("dense/seg-0.hnsw.graph");
+        let mut bytes = std::fs::read(&graph).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x01;
+        std::fs::write(&graph, &bytes).unwrap();
+
+        let index = open_dense(&path, 4).unwrap();
+        let counters = index.dense_counters().unwrap();
+        assert_eq!(counters.damaged_segments, 1);
+        assert_eq!((counters.loaded_segments, counters.inserted), (0, 3));
+        let all = DenseStats {
+            vectors: 3,
+            sections_with_vector: 3,
+        };
+        assert_eq!(dense_stats(&index), all);
+        assert_eq!(
+            nearest(&index, [0.0, 1.0, 0.0, 0.0])[0],
+            section_key("b", 0, 1)
+        );
+        drop(index);
+        // The repaired segment was sealed again at the clean close: the next open loads it.
+        let again = open_dense(&path, 4).unwrap();
+        let counters = again.dense_counters().unwrap();
+        assert_eq!(
+            (
+                counters.damaged_segments,
+                counters.loaded_segments,
+                counters.inserted
+            ),
+            (0, 1, 0)
+        );
+        assert_eq!(
+            nearest(&again, [0.0, 0.0, 1.0, 0.0])[0],
+            section_key("c", 0, 1)
+        );
     }
 }

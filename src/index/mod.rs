@@ -56,7 +56,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-pub use collection::CollectionIndex;
+pub use crate::dense::{DenseIndexConfig, SEARCH_WAIT_SECONDS as DENSE_SEARCH_WAIT_SECONDS};
+pub use collection::{dense_dir, CollectionIndex};
 pub use fault::{CollectionEntry, Fault, FaultKind, FaultedCollection};
 pub use lock::DataDirLock;
 pub use reader::Snapshot;
@@ -107,7 +108,7 @@ pub struct OpenCollection<T> {
 pub struct Catalog<T> {
     root: PathBuf,
     writer_settings: WriterSettings,
-    dense_dim: Option<usize>,
+    dense: Option<DenseIndexConfig>,
     entries: RwLock<BTreeMap<String, CollectionEntry<T>>>,
     /// Serialises creates and deletes, so that each checks and changes the folders and the
     /// listing as one step while `entries` (which every call reads) is write-locked only for the
@@ -125,7 +126,7 @@ struct Opener<'a> {
     root: &'a Path,
     writer_settings: &'a WriterSettings,
     writer_pool: &'a CollectionWriterPool,
-    dense_dim: Option<usize>,
+    dense: Option<DenseIndexConfig>,
 }
 
 impl<T> Catalog<T> {
@@ -137,7 +138,7 @@ impl<T> Catalog<T> {
         lock: DataDirLock,
         data_dir: &Path,
         writer_settings: WriterSettings,
-        dense_dim: Option<usize>,
+        dense: Option<DenseIndexConfig>,
         attach: impl Fn(&str, &StoredSettings) -> Result<T, Fault> + Sync,
     ) -> Result<Self>
     where
@@ -173,7 +174,7 @@ impl<T> Catalog<T> {
             root: &root,
             writer_settings: &writer_settings,
             writer_pool: &writer_pool,
-            dense_dim,
+            dense: dense.clone(),
         };
         let opened = parallel::map_in_parallel(names, OPEN_THREADS, |name| {
             let entry = opener.open_collection(&name, &attach);
@@ -183,7 +184,7 @@ impl<T> Catalog<T> {
         Ok(Self {
             root,
             writer_settings,
-            dense_dim,
+            dense,
             entries: RwLock::new(entries),
             changing: Mutex::new(()),
             lock: Mutex::new(Some(lock)),
@@ -268,7 +269,7 @@ impl<T> Catalog<T> {
         let index = match CollectionIndex::open(
             &target.join(INDEX_DIR),
             name,
-            self.dense_dim,
+            self.dense.clone(),
             &self.writer_settings,
             &self.writer_pool,
         ) {
@@ -312,7 +313,7 @@ impl<T> Catalog<T> {
         drop(CollectionIndex::open(
             &staging.join(INDEX_DIR),
             name,
-            self.dense_dim,
+            self.dense.clone(),
             &self.writer_settings,
             &self.writer_pool,
         )?);
@@ -453,7 +454,7 @@ impl Opener<'_> {
         let index = match CollectionIndex::open(
             &index_dir,
             name,
-            self.dense_dim,
+            self.dense.clone(),
             self.writer_settings,
             self.writer_pool,
         ) {

@@ -196,8 +196,6 @@ impl CollectionIndex {
             (limit * 8).max(64)
         };
         let neighbours = dense
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
             .search(query, wanted, &|_| true)
             .map_err(|e| LatheError::internal(format!("dense search: {e}")))?;
         if neighbours.is_empty() {
@@ -321,16 +319,12 @@ impl CollectionIndex {
         let dense = match &self.dense {
             None => None,
             Some(dense) => {
-                let dense = dense.read().unwrap_or_else(|p| p.into_inner());
-                let mut sections_with_vector = 0u64;
+                let mut live_keys = Vec::with_capacity(searcher.num_docs() as usize);
                 for segment in searcher.segment_readers() {
                     let keys = segment.fast_fields().u64("section_key")?;
-                    for doc in segment.doc_ids_alive() {
-                        if keys.first(doc).is_some_and(|key| dense.contains(key)) {
-                            sections_with_vector += 1;
-                        }
-                    }
+                    live_keys.extend(segment.doc_ids_alive().filter_map(|doc| keys.first(doc)));
                 }
+                let sections_with_vector = dense.count_contained(live_keys);
                 Some(DenseStats {
                     vectors: dense.len() as u64,
                     sections_with_vector,

@@ -105,6 +105,10 @@ impl WriterJob for CollectionWriter {
             self.commit();
         }
         if stopping {
+            // A clean stop seals the live dense segment: the next open inserts nothing.
+            if let Some(dense) = &self.dense {
+                dense.seal();
+            }
             self.close_index_writer();
             return JobState {
                 writer_open: false,

@@ -27,7 +27,10 @@ use crate::config::{Config, DenseModel};
 use crate::cpu_pool::CpuPool;
 use crate::embed::{Embedder, MiniLmConfig, MiniLmEmbedder, StaticEmbedder};
 use crate::error::{LatheError, Result};
-use crate::index::{Catalog, DataDirLock, Fault, OpenCollection, StoredSettings, WriterSettings};
+use crate::index::{
+    Catalog, DataDirLock, DenseIndexConfig, Fault, OpenCollection, StoredSettings, WriterSettings,
+    DENSE_SEARCH_WAIT_SECONDS,
+};
 use crate::telemetry::Metrics;
 use crate::tokenizer::BudgetTokenizer;
 use crate::types::ChunkingSpec;
@@ -62,9 +65,15 @@ impl Engine {
     pub fn open(config: Config, metrics: Arc<Metrics>) -> Result<Self> {
         // First, before models load or any collection opens: one server per data dir.
         let lock = DataDirLock::acquire(&config.storage.data_dir)?;
+        metrics.register(Box::new(DENSE_SEARCH_WAIT_SECONDS.clone()));
         let models_dir = config.models.dir.clone();
         let embedder = open_embedder(&config)?;
-        let dense_dim = embedder.as_ref().map(|e| e.dim());
+        let dense = embedder.as_ref().map(|e| {
+            let mut dense = DenseIndexConfig::new(e.dim());
+            dense.seal_vectors = config.dense.seal_vectors;
+            dense.rebuild_dead_share = config.dense.rebuild_dead_share;
+            dense
+        });
         let storage = &config.storage;
         let writer_settings = WriterSettings {
             memory_bytes: storage.writer_memory_bytes,
@@ -77,7 +86,7 @@ impl Engine {
             lock,
             &config.storage.data_dir,
             writer_settings,
-            dense_dim,
+            dense,
             |_, stored| {
                 runtime_for(stored, &models_dir)
                     .map_err(|error| tokenizer_fault(stored, &models_dir, &error))

@@ -1,0 +1,156 @@
+//! One segment of a dense index: an hnsw graph of a fixed number of slots, the key each slot
+//! holds and whether it is live. Readers need no lock: a slot's key is written before its graph
+//! insert, and its live flag is set (and cleared) with atomic stores, so a search filters on
+//! plain loads while the writer inserts (hnsw_rs's `insert_slice` and `search_filter` take `&self`
+//! and lock internally).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use hnsw_rs::prelude::Hnsw;
+
+use super::{DenseIndexConfig, UnitDotDistance};
+
+/// The graph of one segment: built here (`'static`, owns its data) or loaded from a dump.
+pub type Graph = Hnsw<'static, f32, UnitDotDistance>;
+
+pub struct Segment {
+    /// Unique within the index, never reused: names the segment's files.
+    pub id: u64,
+    pub graph: Graph,
+    /// The key of each slot (hnsw_rs's data id is the slot number).
+    slot_keys: Vec<AtomicU64>,
+    slot_live: Vec<AtomicBool>,
+    /// Slots handed out so far (only the index's writer side hands them out).
+    reserved: AtomicUsize,
+    /// Live slots.
+    live: AtomicUsize,
+    /// Set once the segment's files are on disk and listed in the manifest.
+    persisted: AtomicBool,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Segment")
+            .field("id", &self.id)
+            .field("slots", &self.reserved())
+            .field("live", &self.live_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Segment {
+    /// An empty segment of `capacity` slots with a fresh graph.
+    pub fn empty(id: u64, config: &DenseIndexConfig, capacity: usize) -> Self {
+        let graph = Hnsw::new(
+            config.max_nb_connection,
+            capacity.max(1),
+            config.max_layer,
+            config.ef_construction,
+            UnitDotDistance,
+        );
+        Self::with_graph(id, graph, vec![0; capacity], false)
+    }
+
+    /// A segment over `graph` whose slots hold `keys`, every slot dead until marked live.
+    pub fn with_graph(id: u64, graph: Graph, keys: Vec<u64>, filled: bool) -> Self {
+        let capacity = keys.len();
+        Self {
+            id,
+            graph,
+            slot_keys: keys.into_iter().map(AtomicU64::new).collect(),
+            slot_live: (0..capacity).map(|_| AtomicBool::new(false)).collect(),
+            reserved: AtomicUsize::new(if filled { capacity } else { 0 }),
+            live: AtomicUsize::new(0),
+            persisted: AtomicBool::new(false),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slot_keys.len()
+    }
+
+    /// Slots handed out (live or dead).
+    pub fn reserved(&self) -> usize {
+        self.reserved.load(Ordering::Acquire)
+    }
+
+    pub fn free(&self) -> usize {
+        self.capacity() - self.reserved()
+    }
+
+    pub fn live_count(&self) -> usize {
+        self.live.load(Ordering::Acquire)
+    }
+
+    /// Share of handed-out slots that are dead.
+    pub fn dead_share(&self) -> f32 {
+        let reserved = self.reserved();
+        if reserved == 0 {
+            return 0.0;
+        }
+        (reserved - self.live_count()) as f32 / reserved as f32
+    }
+
+    pub fn is_persisted(&self) -> bool {
+        self.persisted.load(Ordering::Acquire)
+    }
+
+    pub fn mark_persisted(&self) {
+        self.persisted.store(true, Ordering::Release);
+    }
+
+    /// Hands out the next `count` slots for `keys` (still dead); their first slot.
+    /// The caller is the only one handing out slots (the index's writer side).
+    pub fn reserve(&self, keys: &[u64]) -> usize {
+        let first = self.reserved();
+        for (offset, key) in keys.iter().enumerate() {
+            self.slot_keys[first + offset].store(*key, Ordering::Release);
+        }
+        self.reserved.store(first + keys.len(), Ordering::Release);
+        first
+    }
+
+    pub fn key(&self, slot: usize) -> u64 {
+        self.slot_keys[slot].load(Ordering::Acquire)
+    }
+
+    pub fn is_live(&self, slot: usize) -> bool {
+        self.slot_live
+            .get(slot)
+            .is_some_and(|live| live.load(Ordering::Acquire))
+    }
+
+    pub fn set_live(&self, slot: usize) {
+        if !self.slot_live[slot].swap(true, Ordering::AcqRel) {
+            self.live.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    pub fn set_dead(&self, slot: usize) {
+        if self.slot_live[slot].swap(false, Ordering::AcqRel) {
+            self.live.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The keys of every handed-out slot, in slot order.
+    pub fn keys(&self) -> Vec<u64> {
+        (0..self.reserved()).map(|slot| self.key(slot)).collect()
+    }
+
+    /// Copies of the live vectors with their slots.
+    pub fn live_vectors(&self) -> Vec<(usize, Vec<f32>)> {
+        let mut live = Vec::with_capacity(self.live_count());
+        // hnsw_rs's point iterator unwraps the entry point: only walk a non-empty graph.
+        if self.graph.get_nb_point() == 0 {
+            return live;
+        }
+        for point in self.graph.get_point_indexation() {
+            let slot = point.get_origin_id();
+            if self.is_live(slot) {
+                live.push((slot, point.get_v().to_vec()));
+            }
+        }
+        live
+    }
+}
