@@ -87,6 +87,10 @@ struct Args {
     /// Keep each size's data dir.
     #[arg(long)]
     keep: bool,
+    /// Measure nothing: write the table and plot of earlier runs' results.csv files (e.g. sizes
+    /// run one at a time) to --out.
+    #[arg(long, value_delimiter = ',')]
+    from_csv: Vec<PathBuf>,
 }
 
 /// One document of the source corpus.
@@ -898,6 +902,72 @@ fn markdown_table(reports: &[SizeReport], clients: usize) -> String {
     table
 }
 
+/// The rows of a `results.csv` (columns found by name; one missing, as in files written before
+/// it existed, reads as 0).
+fn parse_csv(text: &str) -> anyhow::Result<Vec<SizeReport>> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().context("empty CSV")?.split(',').collect();
+    let mut reports = Vec::new();
+    for line in lines.filter(|line| !line.trim().is_empty()) {
+        let values: Vec<&str> = line.split(',').collect();
+        let number = |name: &str| -> f64 {
+            header
+                .iter()
+                .position(|column| *column == name)
+                .and_then(|i| values.get(i))
+                .and_then(|value| value.parse().ok())
+                .unwrap_or(0.0)
+        };
+        let recall = number("recall_at_10");
+        reports.push(SizeReport {
+            target_sections: number("sections") as usize,
+            sections: number("sections") as u64,
+            documents: number("documents") as u64,
+            text_bytes: number("text_bytes") as u64,
+            build_seconds: number("build_s"),
+            build_cpu_seconds: number("build_cpu_s"),
+            disk_bytes: number("disk_bytes") as u64,
+            open_clean_seconds: number("open_clean_s"),
+            open_killed_seconds: number("open_kill9_s"),
+            rss_open_mib: number("rss_open_mib"),
+            rss_queries_mib: number("rss_queries_mib"),
+            one_client: Latency {
+                p50_ms: number("p50_1c_ms"),
+                p99_ms: number("p99_1c_ms"),
+                qps: 0.0,
+            },
+            many_clients: Latency {
+                p50_ms: number("p50_nc_ms"),
+                p99_ms: number("p99_nc_ms"),
+                qps: number("qps_nc"),
+            },
+            recall_at_10: (recall > 0.0).then_some(recall),
+        });
+    }
+    Ok(reports)
+}
+
+/// `--from-csv`: the table and plot of earlier runs, sorted by size.
+fn replot(args: &Args) -> anyhow::Result<()> {
+    let mut reports = Vec::new();
+    for path in &args.from_csv {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        reports.extend(parse_csv(&text).with_context(|| format!("parsing {}", path.display()))?);
+    }
+    reports.sort_by_key(|r| r.sections);
+    let files: Vec<String> = args
+        .from_csv
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    write_outputs(
+        args,
+        &reports,
+        &format!("## lathe-bench (from {})\n", files.join(", ")),
+    )
+}
+
 fn csv_table(reports: &[SizeReport]) -> String {
     let mut csv = String::from("sections,documents,text_bytes,build_s,build_mb_s,build_cpu_s,disk_bytes,open_clean_s,open_kill9_s,rss_open_mib,rss_queries_mib,p50_1c_ms,p99_1c_ms,p50_nc_ms,p99_nc_ms,qps_nc,recall_at_10\n");
     for r in reports {
@@ -1067,6 +1137,9 @@ fn default_lathe_binary() -> anyhow::Result<PathBuf> {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    if !args.from_csv.is_empty() {
+        return replot(&args);
+    }
     validate(&args)?;
     let corpus = load_corpus(&args.corpus)?;
     let binary = match &args.lathe {
@@ -1242,6 +1315,12 @@ mod tests {
         );
         let csv = csv_table(std::slice::from_ref(&report));
         assert_eq!(csv.lines().count(), 2);
+        let mut read_back = parse_csv(&csv).unwrap();
+        assert_eq!(read_back.len(), 1);
+        // The CSV keeps 1-client QPS out and the target size is the size built.
+        read_back[0].one_client.qps = report.one_client.qps;
+        read_back[0].target_sections = report.target_sections;
+        assert_eq!(read_back[0], report);
         assert_eq!(
             csv.lines().next().unwrap().split(',').count(),
             csv.lines().nth(1).unwrap().split(',').count()
