@@ -125,10 +125,16 @@ const BELOW_THE_EDGE: &[&str] = &[
 /// longer matches fails the test too, so the list cannot go stale.
 const KNOWN_VIOLATIONS: &[(&str, &str, &str)] = &[];
 
-/// The binaries: `main.rs` is the `lathe` front end and may call `cli`; `lathe-load` is a client.
+/// The binaries: `main.rs` is the `lathe` front end and may call `cli`; `lathe-load` is a client;
+/// `lathe-bench` is a client that also opens a stopped server's index (and embeds query texts) to
+/// measure the dense leg's recall against exact search.
 const BINARY_RULE: &[(&str, &[&str])] = &[
     ("src/main.rs", &["cli", "config"]),
     ("src/bin/lathe-load.rs", &["api", "client", "eval", "types"]),
+    (
+        "src/bin/lathe-bench.rs",
+        &["api", "client", "embed", "eval", "index", "types"],
+    ),
 ];
 
 fn source_root() -> PathBuf {

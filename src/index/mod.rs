@@ -37,6 +37,7 @@ pub mod collection;
 mod dense_upkeep;
 mod fault;
 mod folders;
+mod inspect;
 pub mod integrity;
 pub mod lock;
 mod parallel;

@@ -1,0 +1,1334 @@
+//! `lathe-bench`: the scale benchmark. For each corpus size it builds a collection of about N
+//! sections from real text in a real `lathe serve` child process (its own data dir and config),
+//! and measures what a deployment feels:
+//! - build: ingest wall time (streamed uploads with `wait`) and MB/s of document text;
+//! - the collection's size on disk after a clean stop;
+//! - open time after a clean stop (SIGTERM) and after `kill -9` (one acknowledged write just
+//!   before the kill): from spawning the process to the first successful Retrieve;
+//! - resident memory of the server (VmRSS) after open and after 1,000 queries;
+//! - Retrieve p50/p99 with result-cache misses (every query text distinct; budget 1024 by
+//!   default) from 1 client and from 8;
+//! - dense ANN recall@10 against exact search: after the server stopped, the bench opens the
+//!   collection's index in this process (library call, not gRPC), asks its dense index for the
+//!   top 10 of each query vector and compares with a brute-force scan of the section vectors
+//!   stored with the sections.
+//!
+//! The corpus is a folder of `.txt` files (e.g. `scripts/fetch-debian-docs.sh`'s output) or a
+//! `docs.jsonl` (e.g. ../shared/eval/squad-a/docs.jsonl), repeated until the collection holds N
+//! sections; copy `c > 0` of a document starts with "Copy c." and drops one word in eight
+//! (chosen per copy), so copies are near, not exact, duplicates. Vectors come from the server's
+//! `models.dense` (`static` by default: real vectors that cost almost nothing to make).
+//!
+//! Writes `results.md`, `results.csv` and `latency.svg` (latency and open time against corpus
+//! size) to `--out`.
+//!
+//! Example: `lathe-bench --corpus /tmp/lathe-debian-docs --sizes 10000,100000`
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use plotters::prelude::*;
+use tonic::transport::Channel;
+
+use lathe::api::proto;
+use lathe::api::proto::lathe_client::LatheClient;
+use lathe::client::{connect, upload_in_batches};
+use lathe::embed::{Embedder, StaticEmbedder};
+use lathe::eval::percentile;
+use lathe::index::CollectionIndex;
+use lathe::types::Filter;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lathe-bench",
+    about = "Scale benchmark: build, open, memory, latency and dense recall of a real lathe serve per corpus size"
+)]
+struct Args {
+    /// A folder of .txt documents, or a docs.jsonl file.
+    #[arg(long, default_value = "/tmp/lathe-debian-docs")]
+    corpus: PathBuf,
+    /// Collection sizes in sections (comma-separated), each built in a fresh data dir.
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+    sizes: Vec<usize>,
+    /// The `lathe` binary to run; default: the one beside this program.
+    #[arg(long)]
+    lathe: Option<PathBuf>,
+    #[arg(long, default_value = "./models")]
+    models_dir: PathBuf,
+    /// The server's `models.dense`: static, minilm or off (no recall figure then).
+    #[arg(long, default_value = "static")]
+    dense: String,
+    /// Queries of the 1-client run and of the 8-client run (each its own distinct texts).
+    #[arg(long, default_value_t = 1000)]
+    queries: usize,
+    /// Concurrent clients of the second latency run.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    #[arg(long, default_value_t = 1024)]
+    budget: u32,
+    /// Query vectors of the recall measurement.
+    #[arg(long, default_value_t = 200)]
+    recall_queries: usize,
+    /// Documents per upload call while building.
+    #[arg(long, default_value_t = 256)]
+    upload_documents: usize,
+    /// Where results.md, results.csv and latency.svg go.
+    #[arg(long, default_value = "bench-out")]
+    out: PathBuf,
+    /// Parent of the data dirs (one per size, removed afterwards unless --keep).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Keep each size's data dir.
+    #[arg(long)]
+    keep: bool,
+    /// Measure nothing: write the table and plot of earlier runs' results.csv files (e.g. sizes
+    /// run one at a time) to --out.
+    #[arg(long, value_delimiter = ',')]
+    from_csv: Vec<PathBuf>,
+}
+
+/// One document of the source corpus.
+#[derive(Clone, Debug)]
+struct SourceDocument {
+    name: String,
+    text: String,
+}
+
+/// What one size measured: one row of the table.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct SizeReport {
+    target_sections: usize,
+    sections: u64,
+    documents: u64,
+    text_bytes: u64,
+    build_seconds: f64,
+    /// CPU time (user + system) the server spent during the build: on a shared machine the wall
+    /// time depends on the neighbours, this does not.
+    build_cpu_seconds: f64,
+    disk_bytes: u64,
+    open_clean_seconds: f64,
+    open_killed_seconds: f64,
+    rss_open_mib: f64,
+    rss_queries_mib: f64,
+    one_client: Latency,
+    many_clients: Latency,
+    /// `None` without a dense index.
+    recall_at_10: Option<f64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Latency {
+    p50_ms: f64,
+    p99_ms: f64,
+    qps: f64,
+}
+
+impl SizeReport {
+    fn build_mb_per_second(&self) -> f64 {
+        if self.build_seconds <= 0.0 {
+            return 0.0;
+        }
+        self.text_bytes as f64 / 1e6 / self.build_seconds
+    }
+
+    fn build_mb_per_cpu_second(&self) -> f64 {
+        if self.build_cpu_seconds <= 0.0 {
+            return 0.0;
+        }
+        self.text_bytes as f64 / 1e6 / self.build_cpu_seconds
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// The corpus
+
+fn load_corpus(path: &Path) -> anyhow::Result<Vec<SourceDocument>> {
+    let mut documents = if path.is_dir() {
+        load_text_folder(path)?
+    } else {
+        load_jsonl(path)?
+    };
+    documents.retain(|document| !document.text.trim().is_empty());
+    if documents.is_empty() {
+        anyhow::bail!("no documents in {}", path.display());
+    }
+    Ok(documents)
+}
+
+fn load_text_folder(folder: &Path) -> anyhow::Result<Vec<SourceDocument>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(folder)
+        .with_context(|| format!("listing {}", folder.display()))?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "txt"))
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|path| {
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            Ok(SourceDocument {
+                name: path
+                    .file_stem()
+                    .map(|stem| stem.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                text: String::from_utf8_lossy(&bytes).into_owned(),
+            })
+        })
+        .collect()
+}
+
+fn load_jsonl(path: &Path) -> anyhow::Result<Vec<SourceDocument>> {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        doc_id: String,
+        text: String,
+    }
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut documents = Vec::new();
+    for (number, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("reading {}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed: Line = serde_json::from_str(&line)
+            .with_context(|| format!("{} line {}", path.display(), number + 1))?;
+        documents.push(SourceDocument {
+            name: parsed.doc_id,
+            text: parsed.text,
+        });
+    }
+    Ok(documents)
+}
+
+/// A cheap deterministic hash of (copy, word position): which words a copy drops.
+fn drops_word(copy: u64, position: u64) -> bool {
+    let mut x =
+        copy.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ position.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    x ^= x >> 31;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 29;
+    x.is_multiple_of(8)
+}
+
+/// Copy `copy` of `text`: the text itself for copy 0; else "Copy c." and the text with one word
+/// in eight dropped (lines and blank lines kept, so sectioning sees the same structure).
+fn variant_text(text: &str, copy: u64) -> String {
+    if copy == 0 {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    out.push_str(&format!("Copy {copy}.\n\n"));
+    let mut position = 0u64;
+    for line in text.split_inclusive('\n') {
+        let (body, ending) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        let mut kept: Vec<&str> = Vec::new();
+        for word in body.split(' ') {
+            position += 1;
+            if word.is_empty() || !drops_word(copy, position) {
+                kept.push(word);
+            }
+        }
+        out.push_str(&kept.join(" "));
+        out.push_str(ending);
+    }
+    out
+}
+
+/// Distinct query texts from the corpus: the first eight words of lines with at least six words
+/// of letters, spread evenly over all such lines.
+fn corpus_queries(documents: &[SourceDocument], wanted: usize) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut candidates = Vec::new();
+    for document in documents {
+        for line in document.text.lines() {
+            let words: Vec<&str> = line
+                .split_whitespace()
+                .filter(|word| {
+                    word.chars()
+                        .all(|c| c.is_alphabetic() || c == ',' || c == '.')
+                })
+                .take(8)
+                .collect();
+            if words.len() < 6 {
+                continue;
+            }
+            let query = words.join(" ").to_lowercase();
+            if seen.insert(query.clone()) {
+                candidates.push(query);
+            }
+        }
+    }
+    if candidates.len() <= wanted {
+        return candidates;
+    }
+    (0..wanted)
+        .map(|i| candidates[i * candidates.len() / wanted].clone())
+        .collect()
+}
+
+// ------------------------------------------------------------------------------------------------
+// The server process
+
+/// A `lathe serve` child with its log lines.
+struct ServerProcess {
+    child: Child,
+    log: mpsc::Receiver<String>,
+    spawned_at: Instant,
+}
+
+/// How the bench starts servers: binary, models, dense model.
+struct ServerCommand {
+    binary: PathBuf,
+    models_dir: PathBuf,
+    dense: String,
+}
+
+impl ServerCommand {
+    fn spawn(&self, data_dir: &Path) -> anyhow::Result<ServerProcess> {
+        let spawned_at = Instant::now();
+        let mut child = Command::new(&self.binary)
+            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .arg("--models-dir")
+            .arg(&self.models_dir)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .env("LATHE_MODELS__DENSE", &self.dense)
+            .env("LATHE_LOG__FILTER", "info")
+            // A build streams one long upload: the bench, not the server, bounds it.
+            .env("LATHE_SERVER__REQUEST_TIMEOUT_MS", "3600000")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", self.binary.display()))?;
+        let stderr = child.stderr.take().context("the server's stderr")?;
+        let (line_sender, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = line_sender.send(line);
+            }
+        });
+        Ok(ServerProcess {
+            child,
+            log,
+            spawned_at,
+        })
+    }
+}
+
+impl ServerProcess {
+    /// Waits for the "lathe serving" log line and returns the bound address.
+    fn wait_serving(&mut self, limit: Duration) -> anyhow::Result<String> {
+        let deadline = Instant::now() + limit;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match self.log.recv_timeout(left) {
+                Ok(line) => line,
+                Err(error) => anyhow::bail!(
+                    "lathe serve did not log `lathe serving` ({error}); last lines:\n{}",
+                    seen.iter()
+                        .rev()
+                        .take(20)
+                        .rev()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                ),
+            };
+            if line.contains("lathe serving") {
+                return serving_address(&line)
+                    .with_context(|| format!("no address in the serving line: {line}"));
+            }
+            seen.push(line);
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, then waits for the exit (graceful: drain, commit, close).
+    fn stop(mut self) -> anyhow::Result<()> {
+        signal(self.pid(), "-TERM")?;
+        let status = self.child.wait().context("waiting for lathe to exit")?;
+        if !status.success() {
+            anyhow::bail!("lathe exited with {status} after SIGTERM");
+        }
+        Ok(())
+    }
+
+    /// SIGKILL, then reaps the process.
+    fn kill(mut self) -> anyhow::Result<()> {
+        self.child.kill().context("kill -9")?;
+        self.child.wait().context("waiting for the killed lathe")?;
+        Ok(())
+    }
+}
+
+fn signal(pid: u32, which: &str) -> anyhow::Result<()> {
+    let status = Command::new("kill")
+        .args([which, &pid.to_string()])
+        .status()
+        .context("running kill")?;
+    if !status.success() {
+        anyhow::bail!("kill {which} {pid} failed: {status}");
+    }
+    Ok(())
+}
+
+/// The `address` field of the JSON "lathe serving" log line.
+fn serving_address(line: &str) -> Option<String> {
+    let rest = line.split("\"address\":\"").nth(1)?;
+    Some(rest.chars().take_while(|c| *c != '"').collect())
+}
+
+/// VmRSS of `pid` in MiB.
+fn resident_mib(pid: u32) -> anyhow::Result<f64> {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    parse_vm_rss_mib(&status).with_context(|| format!("no VmRSS in {path}"))
+}
+
+/// CPU seconds (user + system) `pid` has used so far.
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let ticks = parse_cpu_ticks(&stat).with_context(|| format!("no utime/stime in {path}"))?;
+    Ok(ticks as f64 / ticks_per_second)
+}
+
+/// utime + stime (fields 14 and 15) of a /proc/<pid>/stat line; the command name (field 2) may
+/// hold spaces, so fields are counted after its closing parenthesis.
+fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(user + system)
+}
+
+fn parse_vm_rss_mib(status: &str) -> Option<f64> {
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Bytes of every file under `path`.
+fn disk_bytes(path: &Path) -> u64 {
+    walkdir::WalkDir::new(path)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.metadata().ok())
+        .filter(|metadata| metadata.is_file())
+        .map(|metadata| metadata.len())
+        .sum()
+}
+
+// ------------------------------------------------------------------------------------------------
+// gRPC steps
+
+/// The queries of one size, handed out once each so that no Retrieve hits the result cache.
+struct QueryFeed {
+    queries: Vec<String>,
+    next: AtomicUsize,
+}
+
+impl QueryFeed {
+    fn take(&self) -> anyhow::Result<String> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        self.queries
+            .get(i)
+            .cloned()
+            .context("ran out of distinct queries: the corpus has too few query lines")
+    }
+}
+
+fn retrieve_request(collection: &str, query: String, budget: u32) -> proto::RetrieveRequest {
+    proto::RetrieveRequest {
+        collection: collection.to_string(),
+        query,
+        token_budget: budget,
+        ..Default::default()
+    }
+}
+
+/// Connects and retries the first Retrieve until it succeeds (a collection may still be opening
+/// after the listener is up); the time from spawn to that answer is the open time.
+async fn first_retrieve(
+    address: &str,
+    collection: &str,
+    feed: &QueryFeed,
+    budget: u32,
+    spawned_at: Instant,
+) -> anyhow::Result<(LatheClient<Channel>, f64)> {
+    let mut client = connect(address).await?;
+    let query = feed.take()?;
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    loop {
+        match client
+            .retrieve(retrieve_request(collection, query.clone(), budget))
+            .await
+        {
+            Ok(_) => return Ok((client, spawned_at.elapsed().as_secs_f64())),
+            Err(status) if Instant::now() > deadline => {
+                anyhow::bail!("the first Retrieve never succeeded: {status}")
+            }
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(status) => anyhow::bail!("the first Retrieve failed: {status}"),
+        }
+    }
+}
+
+/// `count` Retrieves from `clients` connections, each query new; latencies in µs, sorted.
+async fn measure_latency(
+    address: &str,
+    collection: &str,
+    feed: Arc<QueryFeed>,
+    count: usize,
+    clients: usize,
+    budget: u32,
+) -> anyhow::Result<Latency> {
+    let issued = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let mut client = connect(address).await?;
+        let (feed, issued, collection) = (
+            Arc::clone(&feed),
+            Arc::clone(&issued),
+            collection.to_string(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while issued.fetch_add(1, Ordering::Relaxed) < count {
+                let request = retrieve_request(&collection, feed.take()?, budget);
+                let sent = Instant::now();
+                client
+                    .retrieve(request)
+                    .await
+                    .map_err(|status| anyhow::anyhow!("Retrieve failed: {status}"))?;
+                latencies.push(sent.elapsed().as_micros() as u64);
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut latencies = Vec::with_capacity(count);
+    for task in tasks {
+        latencies.extend(task.await.context("client task panicked")??);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(latency_summary(latencies, seconds))
+}
+
+fn latency_summary(mut latencies_us: Vec<u64>, seconds: f64) -> Latency {
+    latencies_us.sort_unstable();
+    Latency {
+        p50_ms: percentile(&latencies_us, 50.0) as f64 / 1e3,
+        p99_ms: percentile(&latencies_us, 99.0) as f64 / 1e3,
+        qps: latencies_us.len() as f64 / seconds.max(f64::EPSILON),
+    }
+}
+
+/// What a build wrote.
+#[derive(Default)]
+struct Built {
+    documents: u64,
+    sections: u64,
+    text_bytes: u64,
+    seconds: f64,
+}
+
+/// Creates `collection` and uploads copies of the corpus until it holds `target` sections.
+async fn build_collection(
+    client: &mut LatheClient<Channel>,
+    collection: &str,
+    corpus: &[SourceDocument],
+    target: usize,
+    upload_documents: usize,
+) -> anyhow::Result<Built> {
+    client
+        .create_collection(proto::CreateCollectionRequest {
+            name: collection.to_string(),
+            settings: None,
+        })
+        .await
+        .map_err(|status| anyhow::anyhow!("creating the collection: {status}"))?;
+    let mut built = Built::default();
+    let started = Instant::now();
+    let mut next = 0u64;
+    while (built.sections as usize) < target {
+        let take = documents_to_send(target, &built, upload_documents);
+        let batch: Vec<proto::Document> = (next..next + take as u64)
+            .map(|i| corpus_document(corpus, i))
+            .collect();
+        next += take as u64;
+        built.text_bytes += batch.iter().map(|d| d.text.len() as u64).sum::<u64>();
+        let written = upload_in_batches(client, collection, batch, 16)
+            .await
+            .map_err(|status| anyhow::anyhow!("uploading: {status}"))?;
+        built.documents += u64::from(written.documents);
+        built.sections += u64::from(written.sections);
+        eprint!(
+            "\r  built {} of {target} sections ({:.1} MB, {:.1} s)   ",
+            built.sections,
+            built.text_bytes as f64 / 1e6,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    eprintln!();
+    built.seconds = started.elapsed().as_secs_f64();
+    Ok(built)
+}
+
+/// Documents for the next upload: about what the sections still missing need at the average
+/// sections per document so far (the first upload: a tenth of the allowance), at least one.
+fn documents_to_send(target: usize, built: &Built, upload_documents: usize) -> usize {
+    let missing = target.saturating_sub(built.sections as usize);
+    let estimate = if built.documents == 0 {
+        upload_documents / 10
+    } else {
+        let per_document = built.sections as f64 / built.documents as f64;
+        (missing as f64 / per_document.max(0.1)).ceil() as usize
+    };
+    estimate.clamp(1, upload_documents.max(1))
+}
+
+/// Document `i` of the endless corpus: copy `i / len` of source document `i % len`.
+fn corpus_document(corpus: &[SourceDocument], i: u64) -> proto::Document {
+    let source = &corpus[(i % corpus.len() as u64) as usize];
+    let copy = i / corpus.len() as u64;
+    proto::Document {
+        id: format!("c{copy}-{}", source.name),
+        title: source.name.clone(),
+        text: variant_text(&source.text, copy),
+        format: proto::DocumentFormat::Plain as i32,
+        ..Default::default()
+    }
+}
+
+/// One acknowledged write, so the data a `kill -9` interrupts ends in a fresh commit.
+async fn write_one_more(
+    client: &mut LatheClient<Channel>,
+    collection: &str,
+    corpus: &[SourceDocument],
+) -> anyhow::Result<()> {
+    let mut document = corpus_document(corpus, 0);
+    document.id = "after-the-build".to_string();
+    client
+        .upsert_documents(proto::UpsertDocumentsRequest {
+            collection: collection.to_string(),
+            documents: vec![document],
+            wait: true,
+        })
+        .await
+        .map_err(|status| anyhow::anyhow!("the write before kill -9: {status}"))?;
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------------
+// Recall
+
+/// Recall@10 of the collection's dense index against exact search over the stored section
+/// vectors, for `queries` embedded with the static embedder; the index is opened in this
+/// process, read-only in effect (nothing is written), after the server stopped.
+fn dense_recall_at_10(
+    index_path: &Path,
+    models_dir: &Path,
+    queries: &[String],
+) -> anyhow::Result<f64> {
+    let embedder = StaticEmbedder::from_models_dir(models_dir).context("loading static vectors")?;
+    let index = CollectionIndex::open_or_create(
+        index_path,
+        16_000_000,
+        Duration::from_secs(3600),
+        Some(embedder.dim()),
+    )
+    .context("opening the collection's index")?;
+    let stored = index.stored_section_vectors()?;
+    let unit: Vec<(u64, Vec<f32>)> = stored
+        .into_iter()
+        .map(|(key, mut vector)| {
+            lathe::embed::l2_normalize(&mut vector);
+            (key, vector)
+        })
+        .collect();
+    let texts: Vec<&str> = queries.iter().map(String::as_str).collect();
+    let query_vectors = embedder
+        .embed_texts(&texts)
+        .context("embedding the queries")?;
+    let snapshot = index.snapshot();
+    let mut recalls = Vec::with_capacity(queries.len());
+    for query in query_vectors.iter_rows() {
+        if query.iter().all(|x| *x == 0.0) {
+            continue;
+        }
+        let exact = exact_top(&unit, query, 10);
+        let approximate: Vec<u64> = index
+            .search_dense(&snapshot, query, &Filter::default(), 10)?
+            .iter()
+            .map(|hit| hit.section_key)
+            .collect();
+        recalls.push(recall_with_ties(&exact, &approximate, &unit, query));
+    }
+    index.shutdown();
+    if recalls.is_empty() {
+        anyhow::bail!("no query had a non-zero static vector");
+    }
+    Ok(recalls.iter().sum::<f64>() / recalls.len() as f64)
+}
+
+/// The `k` keys of `vectors` most similar to `query` (dot product of unit vectors), best first,
+/// with their similarities.
+fn exact_top(vectors: &[(u64, Vec<f32>)], query: &[f32], k: usize) -> Vec<(u64, f32)> {
+    let mut scored: Vec<(u64, f32)> = vectors
+        .iter()
+        .map(|(key, vector)| (*key, lathe::embed::dot(vector, query)))
+        .collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    scored.truncate(k);
+    scored
+}
+
+/// Share of the exact top-k the approximate answer found. A returned key outside the exact list
+/// still counts when it ties the exact k-th similarity (within 1e-6): near-duplicate copies of a
+/// section may tie, and either is a right answer.
+fn recall_with_ties(
+    exact: &[(u64, f32)],
+    approximate: &[u64],
+    vectors: &[(u64, Vec<f32>)],
+    query: &[f32],
+) -> f64 {
+    if exact.is_empty() {
+        return 1.0;
+    }
+    let kth = exact.last().map_or(f32::NEG_INFINITY, |(_, s)| *s);
+    let similarity = |key: u64| {
+        vectors
+            .iter()
+            .find(|(candidate, _)| *candidate == key)
+            .map(|(_, vector)| lathe::embed::dot(vector, query))
+    };
+    let found = approximate
+        .iter()
+        .take(exact.len())
+        .filter(|key| {
+            exact.iter().any(|(exact_key, _)| exact_key == *key)
+                || similarity(**key).is_some_and(|s| s >= kth - 1e-6)
+        })
+        .count();
+    found as f64 / exact.len() as f64
+}
+
+// ------------------------------------------------------------------------------------------------
+// One size
+
+/// Everything a size's run needs besides its size.
+struct Bench {
+    args: Args,
+    server: ServerCommand,
+    corpus: Vec<SourceDocument>,
+    runtime: tokio::runtime::Runtime,
+    work_dir: PathBuf,
+}
+
+const COLLECTION: &str = "bench";
+const START_LIMIT: Duration = Duration::from_secs(3600);
+
+impl Bench {
+    fn run_size(&self, target: usize) -> anyhow::Result<SizeReport> {
+        let data_dir = self.work_dir.join(format!("size-{target}"));
+        if data_dir.exists() {
+            std::fs::remove_dir_all(&data_dir)
+                .with_context(|| format!("removing {}", data_dir.display()))?;
+        }
+        let per_run = self.args.queries * 2 + 4;
+        let feed = Arc::new(QueryFeed {
+            queries: corpus_queries(&self.corpus, per_run.max(self.args.recall_queries)),
+            next: AtomicUsize::new(0),
+        });
+        let mut report = SizeReport {
+            target_sections: target,
+            ..SizeReport::default()
+        };
+        eprintln!("size {target}: building in {}", data_dir.display());
+        self.build(&data_dir, target, &mut report)?;
+        report.disk_bytes = disk_bytes(&data_dir.join("collections"));
+        eprintln!("size {target}: open after a clean stop, queries");
+        self.open_and_query(&data_dir, &feed, &mut report)?;
+        eprintln!("size {target}: open after kill -9");
+        report.open_killed_seconds = self.open_after_kill(&data_dir, &feed)?;
+        if self.args.dense == "static" {
+            eprintln!("size {target}: dense recall@10");
+            let index_path = data_dir.join("collections").join(COLLECTION).join("index");
+            let recall_queries = &feed.queries[..self.args.recall_queries.min(feed.queries.len())];
+            report.recall_at_10 = Some(dense_recall_at_10(
+                &index_path,
+                &self.args.models_dir,
+                recall_queries,
+            )?);
+        }
+        if !self.args.keep {
+            let _ = std::fs::remove_dir_all(&data_dir);
+        }
+        Ok(report)
+    }
+
+    fn build(&self, data_dir: &Path, target: usize, report: &mut SizeReport) -> anyhow::Result<()> {
+        let mut server = self.server.spawn(data_dir)?;
+        let address = server.wait_serving(START_LIMIT)?;
+        let cpu_before = cpu_seconds(server.pid())?;
+        let built = self.runtime.block_on(async {
+            let mut client = connect(&address).await?;
+            build_collection(
+                &mut client,
+                COLLECTION,
+                &self.corpus,
+                target,
+                self.args.upload_documents,
+            )
+            .await
+        })?;
+        report.sections = built.sections;
+        report.documents = built.documents;
+        report.text_bytes = built.text_bytes;
+        report.build_seconds = built.seconds;
+        report.build_cpu_seconds = cpu_seconds(server.pid())? - cpu_before;
+        server.stop()
+    }
+
+    /// Opens after the clean stop of the build, measures memory and latency, stops cleanly.
+    fn open_and_query(
+        &self,
+        data_dir: &Path,
+        feed: &Arc<QueryFeed>,
+        report: &mut SizeReport,
+    ) -> anyhow::Result<()> {
+        let mut server = self.server.spawn(data_dir)?;
+        let address = server.wait_serving(START_LIMIT)?;
+        let (queries, clients, budget) = (self.args.queries, self.args.clients, self.args.budget);
+        self.runtime.block_on(async {
+            let (_client, open_seconds) =
+                first_retrieve(&address, COLLECTION, feed, budget, server.spawned_at).await?;
+            report.open_clean_seconds = open_seconds;
+            report.rss_open_mib = resident_mib(server.pid())?;
+            report.one_client =
+                measure_latency(&address, COLLECTION, Arc::clone(feed), queries, 1, budget).await?;
+            report.rss_queries_mib = resident_mib(server.pid())?;
+            report.many_clients = measure_latency(
+                &address,
+                COLLECTION,
+                Arc::clone(feed),
+                queries,
+                clients,
+                budget,
+            )
+            .await?;
+            anyhow::Ok(())
+        })?;
+        server.stop()
+    }
+
+    /// Writes one document, kills the server with SIGKILL, and times the next open; stops that
+    /// server cleanly.
+    fn open_after_kill(&self, data_dir: &Path, feed: &Arc<QueryFeed>) -> anyhow::Result<f64> {
+        let mut server = self.server.spawn(data_dir)?;
+        let address = server.wait_serving(START_LIMIT)?;
+        self.runtime.block_on(async {
+            let mut client = connect(&address).await?;
+            write_one_more(&mut client, COLLECTION, &self.corpus).await
+        })?;
+        server.kill()?;
+        let mut server = self.server.spawn(data_dir)?;
+        let address = server.wait_serving(START_LIMIT)?;
+        let (_, open_seconds) = self.runtime.block_on(first_retrieve(
+            &address,
+            COLLECTION,
+            feed,
+            self.args.budget,
+            server.spawned_at,
+        ))?;
+        server.stop()?;
+        Ok(open_seconds)
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Reports
+
+const TABLE_HEADER: &str = "| sections | documents | text MB | build s | build MB/s | build MB/CPU-s | disk MiB | open clean s | open kill -9 s | RSS open MiB | RSS +queries MiB | p50 1c ms | p99 1c ms | p50 Nc ms | p99 Nc ms | QPS Nc | recall@10 |";
+
+fn markdown_table(reports: &[SizeReport], clients: usize) -> String {
+    let mut table = TABLE_HEADER.replace(" Nc", &format!(" {clients}c"));
+    table.push('\n');
+    table.push_str(
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in reports {
+        table.push_str(&format!(
+            "| {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {} |\n",
+            r.sections,
+            r.documents,
+            r.text_bytes as f64 / 1e6,
+            r.build_seconds,
+            r.build_mb_per_second(),
+            r.build_mb_per_cpu_second(),
+            r.disk_bytes as f64 / (1024.0 * 1024.0),
+            r.open_clean_seconds,
+            r.open_killed_seconds,
+            r.rss_open_mib,
+            r.rss_queries_mib,
+            r.one_client.p50_ms,
+            r.one_client.p99_ms,
+            r.many_clients.p50_ms,
+            r.many_clients.p99_ms,
+            r.many_clients.qps,
+            r.recall_at_10.map_or("–".to_string(), |recall| format!("{recall:.3}")),
+        ));
+    }
+    table
+}
+
+/// The rows of a `results.csv` (columns found by name; one missing, as in files written before
+/// it existed, reads as 0).
+fn parse_csv(text: &str) -> anyhow::Result<Vec<SizeReport>> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().context("empty CSV")?.split(',').collect();
+    let mut reports = Vec::new();
+    for line in lines.filter(|line| !line.trim().is_empty()) {
+        let values: Vec<&str> = line.split(',').collect();
+        let number = |name: &str| -> f64 {
+            header
+                .iter()
+                .position(|column| *column == name)
+                .and_then(|i| values.get(i))
+                .and_then(|value| value.parse().ok())
+                .unwrap_or(0.0)
+        };
+        let recall = number("recall_at_10");
+        reports.push(SizeReport {
+            target_sections: number("sections") as usize,
+            sections: number("sections") as u64,
+            documents: number("documents") as u64,
+            text_bytes: number("text_bytes") as u64,
+            build_seconds: number("build_s"),
+            build_cpu_seconds: number("build_cpu_s"),
+            disk_bytes: number("disk_bytes") as u64,
+            open_clean_seconds: number("open_clean_s"),
+            open_killed_seconds: number("open_kill9_s"),
+            rss_open_mib: number("rss_open_mib"),
+            rss_queries_mib: number("rss_queries_mib"),
+            one_client: Latency {
+                p50_ms: number("p50_1c_ms"),
+                p99_ms: number("p99_1c_ms"),
+                qps: 0.0,
+            },
+            many_clients: Latency {
+                p50_ms: number("p50_nc_ms"),
+                p99_ms: number("p99_nc_ms"),
+                qps: number("qps_nc"),
+            },
+            recall_at_10: (recall > 0.0).then_some(recall),
+        });
+    }
+    Ok(reports)
+}
+
+/// `--from-csv`: the table and plot of earlier runs, sorted by size.
+fn replot(args: &Args) -> anyhow::Result<()> {
+    let mut reports = Vec::new();
+    for path in &args.from_csv {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        reports.extend(parse_csv(&text).with_context(|| format!("parsing {}", path.display()))?);
+    }
+    reports.sort_by_key(|r| r.sections);
+    let files: Vec<String> = args
+        .from_csv
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    write_outputs(
+        args,
+        &reports,
+        &format!("## lathe-bench (from {})\n", files.join(", ")),
+    )
+}
+
+fn csv_table(reports: &[SizeReport]) -> String {
+    let mut csv = String::from("sections,documents,text_bytes,build_s,build_mb_s,build_cpu_s,disk_bytes,open_clean_s,open_kill9_s,rss_open_mib,rss_queries_mib,p50_1c_ms,p99_1c_ms,p50_nc_ms,p99_nc_ms,qps_nc,recall_at_10\n");
+    for r in reports {
+        csv.push_str(&format!(
+            "{},{},{},{:.3},{:.3},{:.3},{},{:.3},{:.3},{:.1},{:.1},{:.3},{:.3},{:.3},{:.3},{:.1},{}\n",
+            r.sections,
+            r.documents,
+            r.text_bytes,
+            r.build_seconds,
+            r.build_mb_per_second(),
+            r.build_cpu_seconds,
+            r.disk_bytes,
+            r.open_clean_seconds,
+            r.open_killed_seconds,
+            r.rss_open_mib,
+            r.rss_queries_mib,
+            r.one_client.p50_ms,
+            r.one_client.p99_ms,
+            r.many_clients.p50_ms,
+            r.many_clients.p99_ms,
+            r.many_clients.qps,
+            r.recall_at_10
+                .map_or(String::new(), |recall| format!("{recall:.4}")),
+        ));
+    }
+    csv
+}
+
+/// Latency and open time (both in ms, log scales) against corpus size.
+fn latency_svg(path: &Path, reports: &[SizeReport], clients: usize) -> anyhow::Result<()> {
+    let plot_error = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
+    let series: Vec<(String, Vec<(f64, f64)>)> = vec![
+        (
+            "p50, 1 client".into(),
+            points(reports, |r| r.one_client.p50_ms),
+        ),
+        (
+            "p99, 1 client".into(),
+            points(reports, |r| r.one_client.p99_ms),
+        ),
+        (
+            format!("p50, {clients} clients"),
+            points(reports, |r| r.many_clients.p50_ms),
+        ),
+        (
+            format!("p99, {clients} clients"),
+            points(reports, |r| r.many_clients.p99_ms),
+        ),
+        (
+            "open after clean stop".into(),
+            points(reports, |r| r.open_clean_seconds * 1e3),
+        ),
+        (
+            "open after kill -9".into(),
+            points(reports, |r| r.open_killed_seconds * 1e3),
+        ),
+    ];
+    let xs = reports.iter().map(|r| r.sections.max(1) as f64);
+    let ys = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|(_, y)| y.max(0.01)));
+    let (x_low, x_high) = bounds(xs);
+    let (y_low, y_high) = bounds(ys);
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| plot_error(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Retrieve latency and open time vs corpus size",
+            ("sans-serif", 24),
+        )
+        .margin(20)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(
+            (x_low * 0.7..x_high * 1.4).log_scale(),
+            (y_low * 0.7..y_high * 1.4).log_scale(),
+        )
+        .map_err(|e| plot_error(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("sections")
+        .y_desc("milliseconds")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.1}"))
+        .draw()
+        .map_err(|e| plot_error(&e))?;
+    for (i, (label, points)) in series.into_iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(|e| plot_error(&e))?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))
+            .map_err(|e| plot_error(&e))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| plot_error(&e))?;
+    root.present().map_err(|e| plot_error(&e))?;
+    Ok(())
+}
+
+fn points(reports: &[SizeReport], value: impl Fn(&SizeReport) -> f64) -> Vec<(f64, f64)> {
+    reports
+        .iter()
+        .map(|r| (r.sections.max(1) as f64, value(r).max(0.01)))
+        .collect()
+}
+
+/// (min, max) of positive values; (1, 10) when there are none.
+fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (low, high) = values.fold((f64::INFINITY, 0.0f64), |(low, high), v| {
+        (low.min(v), high.max(v))
+    });
+    if !low.is_finite() || high <= 0.0 {
+        return (1.0, 10.0);
+    }
+    (low, high.max(low * 1.01))
+}
+
+fn write_outputs(args: &Args, reports: &[SizeReport], header: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let markdown = format!("{header}\n{}", markdown_table(reports, args.clients));
+    std::fs::write(args.out.join("results.md"), &markdown).context("writing results.md")?;
+    std::fs::write(args.out.join("results.csv"), csv_table(reports))
+        .context("writing results.csv")?;
+    latency_svg(&args.out.join("latency.svg"), reports, args.clients)?;
+    println!("{markdown}");
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------------
+
+fn validate(args: &Args) -> anyhow::Result<()> {
+    if args.sizes.is_empty() || args.sizes.contains(&0) {
+        anyhow::bail!("--sizes needs positive section counts");
+    }
+    if !["static", "minilm", "off"].contains(&args.dense.as_str()) {
+        anyhow::bail!(
+            "--dense must be static, minilm or off, not `{}`",
+            args.dense
+        );
+    }
+    if args.clients == 0 || args.queries == 0 {
+        anyhow::bail!("--clients and --queries must be positive");
+    }
+    Ok(())
+}
+
+/// The `lathe` binary beside this one (cargo puts both in the same target folder).
+fn default_lathe_binary() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe().context("locating lathe-bench")?;
+    let binary = me.with_file_name("lathe");
+    if !binary.exists() {
+        anyhow::bail!("{} not found; build it or pass --lathe", binary.display());
+    }
+    Ok(binary)
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    if !args.from_csv.is_empty() {
+        return replot(&args);
+    }
+    validate(&args)?;
+    let corpus = load_corpus(&args.corpus)?;
+    let binary = match &args.lathe {
+        Some(binary) => binary.clone(),
+        None => default_lathe_binary()?,
+    };
+    let (_temporary, work_dir) = match &args.work_dir {
+        Some(dir) => (None, dir.clone()),
+        None => {
+            let dir = tempfile::Builder::new().prefix("lathe-bench-").tempdir()?;
+            let path = dir.path().to_path_buf();
+            (Some(dir), path)
+        }
+    };
+    let header = format!(
+        "## lathe-bench\n\ncorpus {} ({} documents, {:.1} MB, repeated with variations), models.dense = {}, budget {}, {} queries per latency run (each text once: result-cache misses), {} clients in the second run, recall over {} query vectors; server {}\n",
+        args.corpus.display(),
+        corpus.len(),
+        corpus.iter().map(|d| d.text.len()).sum::<usize>() as f64 / 1e6,
+        args.dense,
+        args.budget,
+        args.queries,
+        args.clients,
+        args.recall_queries,
+        binary.display(),
+    );
+    let bench = Bench {
+        server: ServerCommand {
+            binary,
+            models_dir: args.models_dir.clone(),
+            dense: args.dense.clone(),
+        },
+        corpus,
+        runtime: tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?,
+        work_dir,
+        args,
+    };
+    let mut reports = Vec::new();
+    for &size in &bench.args.sizes {
+        reports.push(bench.run_size(size)?);
+        // Written after every size, so a long run leaves what it measured so far.
+        write_outputs(&bench.args, &reports, &header)?;
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("lathe-bench: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_differ_from_the_source_and_from_each_other_but_keep_its_lines() {
+        let text = "one two three four five six seven eight nine ten\n\nsecond paragraph here\n";
+        assert_eq!(variant_text(text, 0), text);
+        let first = variant_text(text, 1);
+        let second = variant_text(text, 2);
+        assert!(first.starts_with("Copy 1.\n\n"), "{first}");
+        assert_ne!(first, second);
+        assert_eq!(first.lines().count(), text.lines().count() + 2);
+        // Some words of a long text are dropped, most kept.
+        let long: String = (0..800).map(|i| format!("w{i} ")).collect();
+        let kept = variant_text(&long, 3).split_whitespace().count() - 2;
+        assert!((600..800).contains(&kept), "{kept} of 800 words kept");
+    }
+
+    #[test]
+    fn corpus_queries_are_distinct_word_lines_spread_over_the_corpus() {
+        let documents = vec![SourceDocument {
+            name: "a".into(),
+            text: "Short line.\nthe quick brown fox jumps over the lazy dog again\nthe quick brown fox jumps over the lazy dog again\nanother line with enough plain words in it\n====\n".into(),
+        }];
+        let queries = corpus_queries(&documents, 10);
+        assert_eq!(
+            queries,
+            [
+                "the quick brown fox jumps over the lazy",
+                "another line with enough plain words in it"
+            ]
+        );
+        assert_eq!(corpus_queries(&documents, 1).len(), 1);
+    }
+
+    #[test]
+    fn the_build_sends_what_the_missing_sections_need_within_the_allowance() {
+        let mut built = Built::default();
+        assert_eq!(documents_to_send(10_000, &built, 256), 25);
+        built.documents = 25;
+        built.sections = 100;
+        // 4 sections a document, 9,900 missing: capped at the allowance.
+        assert_eq!(documents_to_send(10_000, &built, 256), 256);
+        built.documents = 2_500;
+        built.sections = 9_990;
+        assert_eq!(documents_to_send(10_000, &built, 256), 3);
+    }
+
+    #[test]
+    fn latency_percentiles_and_rss_parse() {
+        let latency = latency_summary((1..=100).rev().map(|ms| ms * 1000).collect(), 2.0);
+        assert_eq!(latency.p50_ms, 50.0);
+        assert_eq!(latency.p99_ms, 99.0);
+        assert_eq!(latency.qps, 50.0);
+        let status = "Name:\tlathe\nVmPeak:\t  900 kB\nVmRSS:\t  204800 kB\n";
+        assert_eq!(parse_vm_rss_mib(status), Some(200.0));
+        assert_eq!(parse_vm_rss_mib("Name:\tlathe\n"), None);
+        let stat = "4242 (lathe (x) y) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 11 0";
+        assert_eq!(parse_cpu_ticks(stat), Some(300));
+        let line = r#"{"fields":{"message":"lathe serving","address":"127.0.0.1:4321"}}"#;
+        assert_eq!(serving_address(line).as_deref(), Some("127.0.0.1:4321"));
+    }
+
+    #[test]
+    fn recall_counts_exact_hits_and_ties_of_the_kth_similarity() {
+        let vectors = vec![
+            (1, vec![1.0, 0.0]),
+            (2, vec![0.8, 0.6]),
+            (3, vec![0.8, 0.6]),
+            (4, vec![0.0, 1.0]),
+        ];
+        let query = [1.0, 0.0];
+        let exact = exact_top(&vectors, &query, 2);
+        assert_eq!(exact.iter().map(|(k, _)| *k).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(recall_with_ties(&exact, &[1, 2], &vectors, &query), 1.0);
+        // Key 3 ties key 2 exactly: as right an answer.
+        assert_eq!(recall_with_ties(&exact, &[1, 3], &vectors, &query), 1.0);
+        assert_eq!(recall_with_ties(&exact, &[1, 4], &vectors, &query), 0.5);
+        assert_eq!(recall_with_ties(&exact, &[], &vectors, &query), 0.0);
+    }
+
+    #[test]
+    fn the_table_and_csv_have_one_row_per_size_and_the_plot_is_drawn() {
+        let report = SizeReport {
+            target_sections: 200,
+            sections: 203,
+            documents: 50,
+            text_bytes: 2_000_000,
+            build_seconds: 4.0,
+            build_cpu_seconds: 2.0,
+            disk_bytes: 3 * 1024 * 1024,
+            open_clean_seconds: 0.5,
+            open_killed_seconds: 0.6,
+            rss_open_mib: 150.0,
+            rss_queries_mib: 160.0,
+            one_client: Latency {
+                p50_ms: 3.0,
+                p99_ms: 9.0,
+                qps: 300.0,
+            },
+            many_clients: Latency {
+                p50_ms: 6.0,
+                p99_ms: 20.0,
+                qps: 900.0,
+            },
+            recall_at_10: Some(0.987),
+        };
+        let table = markdown_table(std::slice::from_ref(&report), 8);
+        assert!(table.contains("| p50 8c ms |"), "{table}");
+        assert!(
+            table.contains("| 203 | 50 | 2.0 | 4.0 | 0.50 | 1.00 | 3 | 0.50 | 0.60 | 150 | 160 | 3.00 | 9.00 | 6.00 | 20.00 | 900 | 0.987 |"),
+            "{table}"
+        );
+        let csv = csv_table(std::slice::from_ref(&report));
+        assert_eq!(csv.lines().count(), 2);
+        let mut read_back = parse_csv(&csv).unwrap();
+        assert_eq!(read_back.len(), 1);
+        // The CSV keeps 1-client QPS out and the target size is the size built.
+        read_back[0].one_client.qps = report.one_client.qps;
+        read_back[0].target_sections = report.target_sections;
+        assert_eq!(read_back[0], report);
+        assert_eq!(
+            csv.lines().next().unwrap().split(',').count(),
+            csv.lines().nth(1).unwrap().split(',').count()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let svg = dir.path().join("latency.svg");
+        latency_svg(&svg, &[report], 8).unwrap();
+        let drawn = std::fs::read_to_string(&svg).unwrap();
+        assert!(drawn.contains("open after kill -9"), "legend missing");
+    }
+}
