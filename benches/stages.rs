@@ -35,7 +35,8 @@ use lathe::query::{term_hash, Candidate, QueryTerms, SectionAnalysis};
 use lathe::service::cache::{Caches, ResultKey};
 use lathe::tokenizer::BudgetTokenizer;
 use lathe::types::{
-    ChunkingSpec, Filter, ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk,
+    ChunkSelection, ChunkingSpec, Filter, ResultOrder, RetrieveQuery, RetrieveResult,
+    RetrievedChunk,
 };
 
 const QUERIES: usize = 16;
@@ -255,6 +256,7 @@ fn stages(c: &mut Criterion) {
                         analyses,
                         budget,
                         &workload.tokenizer,
+                        &ChunkSelection::default(),
                     ));
                 }
             })
@@ -269,7 +271,14 @@ fn stages(c: &mut Criterion) {
         .zip(&analyses)
         .zip(&scored)
         .map(|(((i, (hits, _)), analyses), candidates)| {
-            let spans = pack(candidates, hits, analyses, 512, &workload.tokenizer);
+            let spans = pack(
+                candidates,
+                hits,
+                analyses,
+                512,
+                &workload.tokenizer,
+                &ChunkSelection::default(),
+            );
             let chunks = spans
                 .iter()
                 .map(|span| {
@@ -303,6 +312,7 @@ fn stages(c: &mut Criterion) {
                     chunking: ChunkingSpec::default(),
                     filter: Filter::default(),
                     order: ResultOrder::Score,
+                    selection: ChunkSelection::default(),
                 },
             };
             let result = RetrieveResult {

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use super::proto;
 use crate::error::{LatheError, Result};
 use crate::types::{
-    normalise_query, ChunkingSpec, CollectionInfo, CollectionSettings, CollectionState,
-    CollectionStats, DenseStats, DocumentFormat, DocumentInput, Filter, ResultOrder, RetrieveQuery,
-    RetrieveResult, RetrievedChunk, SectionBoundary, SemanticKind, SemanticRule, Strategy, Unit,
-    WriteOutcome, DEFAULT_SECTION_TOKENS, METADATA_SEPARATOR,
+    normalise_query, ChunkSelection, ChunkingSpec, CollectionInfo, CollectionSettings,
+    CollectionState, CollectionStats, DenseStats, DocumentFormat, DocumentInput, ExactF32, Filter,
+    ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk, SectionBoundary, SemanticKind,
+    SemanticRule, Strategy, Unit, WriteOutcome, DEFAULT_SECTION_TOKENS, METADATA_SEPARATOR,
 };
 
 pub fn strategy_from_proto(value: i32, field: &str) -> Result<Option<Strategy>> {
@@ -348,7 +348,15 @@ pub fn retrieve_query_from_proto(
         chunking,
         filter,
         order,
+        min_score,
+        max_chunks_per_document,
+        diversity,
     } = request;
+    let selection = ChunkSelection {
+        min_score: min_score.map(ExactF32),
+        max_chunks_per_document,
+        diversity: ExactF32(diversity.unwrap_or(0.0)),
+    };
     let order = match proto::ResultOrder::try_from(order) {
         Ok(proto::ResultOrder::Score) => ResultOrder::Score,
         Ok(proto::ResultOrder::Position) => ResultOrder::Position,
@@ -397,6 +405,7 @@ pub fn retrieve_query_from_proto(
         chunking: chunking_from_proto(chunking, "chunking")?,
         filter,
         order,
+        selection,
     })
 }
 

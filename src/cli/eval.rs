@@ -613,6 +613,9 @@ impl CellRun<'_> {
                     chunking: chunking.clone(),
                     filter: None,
                     order: proto::ResultOrder::Score as i32,
+                    min_score: None,
+                    max_chunks_per_document: None,
+                    diversity: None,
                 };
                 async move {
                     let sent = Instant::now();

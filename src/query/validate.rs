@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::chunk::{ChunkOptions, SemanticThreshold, Strategy};
 use crate::config::LimitsConfig;
 use crate::error::{LatheError, Result};
-use crate::types::{ChunkingSpec, RetrieveQuery};
+use crate::types::{ChunkSelection, ChunkingSpec, RetrieveQuery};
 
 /// The query's own limits (text length, top_k, budget).
 pub fn validate_query(limits: &LimitsConfig, query: &RetrieveQuery) -> Result<()> {
@@ -27,7 +27,34 @@ pub fn validate_query(limits: &LimitsConfig, query: &RetrieveQuery) -> Result<()
         ));
     }
     check_from_one("top_k", query.top_k, limits.max_top_k)?;
-    check_from_one("token_budget", query.token_budget, limits.max_token_budget)
+    check_from_one("token_budget", query.token_budget, limits.max_token_budget)?;
+    validate_selection(&query.selection)
+}
+
+/// The largest `max_chunks_per_document` accepted: no answer holds more chunks than this.
+pub const MAX_CHUNKS_PER_DOCUMENT: u32 = 1_000;
+
+/// `min_score` finite, `max_chunks_per_document` in 1..=1000, `diversity` in 0..=1.
+fn validate_selection(selection: &ChunkSelection) -> Result<()> {
+    if let Some(min_score) = selection.min_score {
+        if !min_score.0.is_finite() {
+            return Err(LatheError::invalid(
+                "min_score",
+                format!("is {}; it must be a finite number", min_score.0),
+            ));
+        }
+    }
+    if let Some(cap) = selection.max_chunks_per_document {
+        check_from_one("max_chunks_per_document", cap, MAX_CHUNKS_PER_DOCUMENT)?;
+    }
+    let diversity = selection.diversity.0;
+    if !(0.0..=1.0).contains(&diversity) {
+        return Err(LatheError::invalid(
+            "diversity",
+            format!("is {diversity}; the allowed range is 0..=1 (0: off)"),
+        ));
+    }
+    Ok(())
 }
 
 /// `value` of `field` in 1..=`max`.
@@ -126,6 +153,7 @@ mod tests {
             chunking: ChunkingSpec::default(),
             filter: Default::default(),
             order: Default::default(),
+            selection: ChunkSelection::default(),
         }
     }
 
@@ -154,5 +182,54 @@ mod tests {
                 max.1
             )
         );
+    }
+
+    #[test]
+    fn selection_controls_outside_their_range_name_the_field_and_the_range() {
+        use crate::types::ExactF32;
+        let limits = LimitsConfig::default();
+        let with = |selection: ChunkSelection| RetrieveQuery {
+            selection,
+            ..query(8, 100)
+        };
+        let fine = ChunkSelection {
+            min_score: Some(ExactF32(-3.5)),
+            max_chunks_per_document: Some(1),
+            diversity: ExactF32(1.0),
+        };
+        assert!(validate_query(&limits, &with(fine)).is_ok());
+        let cases = [
+            (
+                ChunkSelection {
+                    min_score: Some(ExactF32(f32::NAN)),
+                    ..fine
+                },
+                "invalid `min_score`: is NaN; it must be a finite number",
+            ),
+            (
+                ChunkSelection {
+                    max_chunks_per_document: Some(0),
+                    ..fine
+                },
+                "invalid `max_chunks_per_document`: is 0; the allowed range is 1..=1000",
+            ),
+            (
+                ChunkSelection {
+                    diversity: ExactF32(1.5),
+                    ..fine
+                },
+                "invalid `diversity`: is 1.5; the allowed range is 0..=1 (0: off)",
+            ),
+            (
+                ChunkSelection {
+                    diversity: ExactF32(f32::NAN),
+                    ..fine
+                },
+                "invalid `diversity`: is NaN; the allowed range is 0..=1 (0: off)",
+            ),
+        ];
+        for (selection, message) in cases {
+            assert_eq!(reason(validate_query(&limits, &with(selection))), message);
+        }
     }
 }

@@ -10,6 +10,7 @@ use crate::chunk::ChunkOptions;
 use crate::embed::Embedder;
 use crate::error::Result;
 use crate::index::{CollectionIndex, Snapshot};
+use crate::query::diversify::{self, MMR_POOL};
 use crate::query::{analyze, assemble, coarse, embed, pack, rechunk, score, validate};
 use crate::types::{RetrieveQuery, RetrieveResult};
 
@@ -178,7 +179,16 @@ fn run_query_stages(
     );
     lap("score", &mut timings);
 
-    let mut spans = pack::pack(&candidates, &hits, &analyses, query.token_budget, tokenizer);
+    let diversity = query.selection.diversity.0;
+    if diversity > 0.0 {
+        let vectors = score::chunk_vectors(&candidates, MMR_POOL, &hits, query_vector);
+        diversify::diversify(&mut candidates, &vectors, &hits, diversity);
+        lap("diversify", &mut timings);
+    }
+
+    let budget = query.token_budget;
+    let selection = &query.selection;
+    let mut spans = pack::pack(&candidates, &hits, &analyses, budget, tokenizer, selection);
     lap("pack", &mut timings);
 
     let chunks = assemble::assemble(&mut spans, &hits, query.order);
