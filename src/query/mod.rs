@@ -12,6 +12,7 @@
 //!   └─ score::score                 → Vec<Candidate>    chunk BM25 + section prior (+ dense), best first
 //!   └─ diversify::diversify         → Vec<Candidate>    reordered by MMR (only with diversity > 0)
 //!   └─ pack::pack                   → Vec<PackedSpan>   chunks in that order merged into the budget
+//!   └─ expand::expand               → Vec<PackedSpan>   leftover budget grows spans by neighbouring sentences
 //!   └─ assemble::assemble           → Vec<RetrievedChunk>  ordered, with text and document offsets
 //! ```
 
@@ -20,6 +21,7 @@ pub mod assemble;
 pub mod coarse;
 pub mod diversify;
 pub mod embed;
+pub mod expand;
 pub mod pack;
 pub mod rechunk;
 pub mod score;

@@ -212,7 +212,7 @@ pub fn with_context(text: &str, context: (u32, u32), span: (u32, u32)) -> String
 }
 
 /// True when two byte ranges of `text` overlap or only whitespace lies between them.
-fn overlaps_or_touches(text: &str, a: (u32, u32), b: (u32, u32)) -> bool {
+pub(super) fn overlaps_or_touches(text: &str, a: (u32, u32), b: (u32, u32)) -> bool {
     let (first, second) = if a.0 <= b.0 { (a, b) } else { (b, a) };
     if second.0 <= first.1 {
         return true;
@@ -244,10 +244,82 @@ mod properties {
     };
     use proptest::strategy::Strategy as _;
 
-    use super::{pack, with_context, Candidate, SectionAnalysis};
+    use proptest::test_runner::TestCaseError;
+
+    use super::{pack, with_context, Candidate, PackedSpan, SectionAnalysis};
     use crate::query::assemble::assemble;
     use crate::query::diversify::diversify;
+    use crate::query::expand::{expand, ExpandInputs};
     use crate::types::{ChunkSelection, ExactF32, ResultOrder};
+
+    /// What must hold of any packed (or grown) spans: the floor and the per-document cap, the
+    /// budget counted exactly (with context), disjoint spans on char boundaries, and each
+    /// returned text equal to its document's text at the returned bytes (a section is at byte 0
+    /// of its document here, so the text is looked up by the span in the document's sections).
+    fn check_spans(
+        spans: &[PackedSpan],
+        hits: &[SectionHit],
+        budget: u32,
+        selection: &ChunkSelection,
+        order: ResultOrder,
+    ) -> Result<(), TestCaseError> {
+        if let Some(floor) = selection.min_score {
+            for s in spans {
+                prop_assert!(s.score >= floor.0, "{s:?} under {floor:?}");
+            }
+        }
+        if let Some(cap) = selection.max_chunks_per_document {
+            for doc_id in ["d0", "d1"] {
+                let held = spans
+                    .iter()
+                    .filter(|s| hits[s.hit_index as usize].doc_id == doc_id)
+                    .count();
+                prop_assert!(held <= cap as usize, "{held} spans of {doc_id}, cap {cap}");
+            }
+        }
+        let chunks = assemble(&mut spans.to_vec(), hits, order);
+        prop_assert_eq!(chunks.len(), spans.len());
+        for chunk in &chunks {
+            let exact = hits.iter().any(|hit| {
+                hit.doc_id == chunk.doc_id
+                    && hit
+                        .text
+                        .get(chunk.bytes.start as usize..chunk.bytes.end as usize)
+                        == Some(chunk.text.as_str())
+            });
+            prop_assert!(exact, "{chunk:?} is not its document's text");
+        }
+        let mut total = 0usize;
+        for s in spans {
+            let text = &hits[s.hit_index as usize].text;
+            total += match s.header {
+                None => tokenizer().count(&text[s.start as usize..s.end as usize]),
+                Some(header) => {
+                    prop_assert!(header.1 <= s.start, "context {header:?} inside {s:?}");
+                    tokenizer().count(&with_context(text, header, (s.start, s.end)))
+                }
+            };
+        }
+        prop_assert!(total <= budget as usize, "{total} > {budget}");
+        prop_assert_eq!(
+            total,
+            spans.iter().map(|s| s.token_count as usize).sum::<usize>()
+        );
+        for (i, a) in spans.iter().enumerate() {
+            let text = &hits[a.hit_index as usize].text;
+            prop_assert!(a.start < a.end && (a.end as usize) <= text.len());
+            prop_assert!(
+                text.is_char_boundary(a.start as usize) && text.is_char_boundary(a.end as usize)
+            );
+            for b in &spans[i + 1..] {
+                prop_assert!(
+                    a.hit_index != b.hit_index || a.end <= b.start || b.end <= a.start,
+                    "overlap {a:?} {b:?}"
+                );
+            }
+        }
+        Ok(())
+    }
 
     /// Candidates by place, to compare two orders of the same candidates.
     fn sorted_by_place(candidates: &[Candidate]) -> Vec<(u32, u32, u32)> {
@@ -423,7 +495,11 @@ mod properties {
                 .collect();
             let analyses: Vec<Arc<SectionAnalysis>> = hits
                 .iter()
-                .map(|hit| Arc::new(SectionAnalysis { tokens: tokenizer().offsets(&hit.text), terms: Vec::new(), sentences: Vec::new() }))
+                .map(|hit| {
+                    let mut sentences = Vec::new();
+                    crate::chunk::sentences(&hit.text, &mut sentences);
+                    Arc::new(SectionAnalysis { tokens: tokenizer().offsets(&hit.text), terms: Vec::new(), sentences })
+                })
                 .collect();
             let options = ChunkOptions {
                 // Structure repeats table headers as context, which the budget must count.
@@ -454,52 +530,19 @@ mod properties {
             let scored = candidates.clone();
             diversify(&mut candidates, &vectors, &hits, selection.diversity.0);
             prop_assert_eq!(sorted_by_place(&candidates), sorted_by_place(&scored));
-            let mut packed = pack(&candidates, &hits, &analyses, budget, tokenizer(), &selection);
-
-            for s in &packed {
-                if let Some(floor) = selection.min_score {
-                    prop_assert!(s.score >= floor.0, "{s:?} under {floor:?}");
-                }
-            }
-            if let Some(cap) = max_chunks_per_document {
-                for doc_id in ["d0", "d1"] {
-                    let held = packed.iter().filter(|s| hits[s.hit_index as usize].doc_id == doc_id).count();
-                    prop_assert!(held <= cap as usize, "{held} spans of {doc_id}, cap {cap}");
-                }
-            }
+            let packed = pack(&candidates, &hits, &analyses, budget, tokenizer(), &selection);
             let order = if by_position { ResultOrder::Position } else { ResultOrder::Score };
-            // Exact: each returned text is its section's text at the returned bytes (a section is
-            // at byte 0 of its document here, and sections of one document have the same text
-            // only by chance, so look the text up by the span).
-            let chunks = assemble(&mut packed.clone(), &hits, order);
-            prop_assert_eq!(chunks.len(), packed.len());
-            for chunk in &chunks {
-                let exact = hits.iter().any(|hit| hit.doc_id == chunk.doc_id
-                    && hit.text.get(chunk.bytes.start as usize..chunk.bytes.end as usize) == Some(chunk.text.as_str()));
-                prop_assert!(exact, "{chunk:?} is not its document's text");
-            }
-            packed.sort_by_key(|s| (s.hit_index, s.start));
-
-            let mut total = 0usize;
-            for s in &packed {
-                let text = &hits[s.hit_index as usize].text;
-                total += match s.header {
-                    None => tokenizer().count(&text[s.start as usize..s.end as usize]),
-                    Some(header) => {
-                        prop_assert!(header.1 <= s.start, "context {header:?} inside {s:?}");
-                        tokenizer().count(&with_context(text, header, (s.start, s.end)))
-                    }
-                };
-            }
-            prop_assert!(total <= budget as usize, "{total} > {budget}");
-            prop_assert_eq!(total, packed.iter().map(|s| s.token_count as usize).sum::<usize>());
-            for (i, a) in packed.iter().enumerate() {
-                let text = &hits[a.hit_index as usize].text;
-                prop_assert!(a.start < a.end && (a.end as usize) <= text.len());
-                prop_assert!(text.is_char_boundary(a.start as usize) && text.is_char_boundary(a.end as usize));
-                for b in &packed[i + 1..] {
-                    prop_assert!(a.hit_index != b.hit_index || a.end <= b.start || b.end <= a.start, "overlap {a:?} {b:?}");
-                }
+            check_spans(&packed, &hits, budget, &selection, order)?;
+            // The leftover grows the spans: the same invariants, and every packed span lies
+            // inside a grown one.
+            let mut grown = packed.clone();
+            let inputs = ExpandInputs { hits: &hits, analyses: &analyses, budget, tokenizer: tokenizer() };
+            expand(&mut grown, &inputs);
+            check_spans(&grown, &hits, budget, &selection, order)?;
+            prop_assert!(grown.len() <= packed.len());
+            for p in &packed {
+                let kept = grown.iter().any(|g| g.hit_index == p.hit_index && g.start <= p.start && p.end <= g.end);
+                prop_assert!(kept, "{p:?} lost by the expansion: {grown:?}");
             }
             // Greedy: if nothing was packed, no single candidate would have fitted on its own.
             if packed.is_empty() {

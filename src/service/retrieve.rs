@@ -9,9 +9,11 @@ use super::{Collection, Engine};
 use crate::chunk::ChunkOptions;
 use crate::embed::Embedder;
 use crate::error::Result;
-use crate::index::{CollectionIndex, Snapshot};
+use crate::index::{CollectionIndex, SectionHit, Snapshot};
 use crate::query::diversify::{self, MMR_POOL};
-use crate::query::{analyze, assemble, coarse, embed, pack, rechunk, score, validate};
+use crate::query::{
+    analyze, assemble, coarse, embed, expand, pack, rechunk, score, validate, Candidate,
+};
 use crate::types::{RetrieveQuery, RetrieveResult};
 
 /// Fixed for the life of the engine: how signals are weighed, and the query embedder.
@@ -179,10 +181,7 @@ fn run_query_stages(
     );
     lap("score", &mut timings);
 
-    let diversity = query.selection.diversity.0;
-    if diversity > 0.0 {
-        let vectors = score::chunk_vectors(&candidates, MMR_POOL, &hits, query_vector);
-        diversify::diversify(&mut candidates, &vectors, &hits, diversity);
+    if diversify_if_asked(query, &mut candidates, &hits, query_vector) {
         lap("diversify", &mut timings);
     }
 
@@ -191,7 +190,17 @@ fn run_query_stages(
     let mut spans = pack::pack(&candidates, &hits, &analyses, budget, tokenizer, selection);
     lap("pack", &mut timings);
 
-    let chunks = assemble::assemble(&mut spans, &hits, query.order);
+    let (hits, analyses) = (&hits, &analyses);
+    let leftover = expand::ExpandInputs {
+        hits,
+        analyses,
+        budget,
+        tokenizer,
+    };
+    expand::expand(&mut spans, &leftover);
+    lap("expand", &mut timings);
+
+    let chunks = assemble::assemble(&mut spans, hits, query.order);
     lap("assemble", &mut timings);
 
     Ok(RetrieveResult {
@@ -205,4 +214,20 @@ fn run_query_stages(
         chunks_considered: candidates.len() as u32,
         chunks,
     })
+}
+
+/// Reorders the candidates by MMR when the query sets a diversity; true when it did.
+fn diversify_if_asked(
+    query: &RetrieveQuery,
+    candidates: &mut [Candidate],
+    hits: &[SectionHit],
+    query_vector: Option<&[f32]>,
+) -> bool {
+    let diversity = query.selection.diversity.0;
+    if diversity <= 0.0 {
+        return false;
+    }
+    let vectors = score::chunk_vectors(candidates, MMR_POOL, hits, query_vector);
+    diversify::diversify(candidates, &vectors, hits, diversity);
+    true
 }
