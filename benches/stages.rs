@@ -307,7 +307,7 @@ fn stages(c: &mut Criterion) {
                 query: RetrieveQuery {
                     collection: "squad".into(),
                     query: format!("question {i}"),
-                    top_k: 8,
+                    top_k: Some(8),
                     token_budget: 512,
                     chunking: ChunkingSpec::default(),
                     filter: Filter::default(),

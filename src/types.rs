@@ -207,7 +207,8 @@ pub struct RetrieveQuery {
     pub collection: String,
     /// Trimmed, inner whitespace collapsed to single spaces.
     pub query: String,
-    pub top_k: u32,
+    /// Sections to retrieve; none: the budget decides ([`crate::query::validate::resolve_top_k`]).
+    pub top_k: Option<u32>,
     pub token_budget: u32,
     pub chunking: ChunkingSpec,
     pub filter: Filter,

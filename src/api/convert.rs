@@ -336,10 +336,7 @@ impl From<WriteOutcome> for proto::WriteResponse {
     }
 }
 
-pub fn retrieve_query_from_proto(
-    request: proto::RetrieveRequest,
-    default_top_k: u32,
-) -> Result<RetrieveQuery> {
+pub fn retrieve_query_from_proto(request: proto::RetrieveRequest) -> Result<RetrieveQuery> {
     let proto::RetrieveRequest {
         collection,
         query,
@@ -400,7 +397,7 @@ pub fn retrieve_query_from_proto(
     Ok(RetrieveQuery {
         collection,
         query: normalise_query(&query),
-        top_k: top_k.unwrap_or(default_top_k),
+        top_k,
         token_budget,
         chunking: chunking_from_proto(chunking, "chunking")?,
         filter,
@@ -530,19 +527,16 @@ mod tests {
     }
 
     #[test]
-    fn queries_are_normalised_and_top_k_defaults() {
-        let query = retrieve_query_from_proto(
-            proto::RetrieveRequest {
-                collection: "c".into(),
-                query: "  who   won\tthe game ".into(),
-                token_budget: 10,
-                ..Default::default()
-            },
-            8,
-        )
+    fn queries_are_normalised_and_top_k_is_left_to_the_budget() {
+        let query = retrieve_query_from_proto(proto::RetrieveRequest {
+            collection: "c".into(),
+            query: "  who   won\tthe game ".into(),
+            token_budget: 10,
+            ..Default::default()
+        })
         .unwrap();
         assert_eq!(query.query, "who won the game");
-        assert_eq!(query.top_k, 8);
+        assert_eq!(query.top_k, None);
     }
 }
 

@@ -38,6 +38,13 @@ impl Engine {
             self.config.retrieval.default_chunk_tokens,
             &self.config.limits,
         )?;
+        let top_k = validate::resolve_top_k(
+            query.top_k,
+            query.token_budget,
+            collection.settings.section_tokens,
+            &self.config.limits,
+            self.config.retrieval.default_top_k,
+        );
         let dense_watch = DenseStateWatch::start(&collection.index);
         let snapshot = collection.index.snapshot();
         let key = ResultKey {
@@ -64,14 +71,12 @@ impl Engine {
             .pool
             .run(move || {
                 let query = &stages_key.query;
-                run_query_stages(
-                    &stages_collection,
-                    &snapshot,
+                let plan = QueryPlan {
                     query,
-                    &options,
-                    &settings,
-                    &caches,
-                )
+                    options: &options,
+                    top_k,
+                };
+                run_query_stages(&stages_collection, &snapshot, &plan, &settings, &caches)
             })
             .await?;
         result.generation = key.generation;
@@ -128,15 +133,27 @@ impl DenseStateWatch {
     }
 }
 
+/// The query with what the validate stage resolved for it.
+struct QueryPlan<'a> {
+    query: &'a RetrieveQuery,
+    options: &'a ChunkOptions,
+    /// The coarse depth: the request's `top_k`, else the budget's.
+    top_k: u32,
+}
+
 /// Runs the query stages in order (see [`crate::query`]), timing each under its own name.
 fn run_query_stages(
     collection: &Collection,
     snapshot: &Snapshot,
-    query: &RetrieveQuery,
-    options: &ChunkOptions,
+    plan: &QueryPlan,
     settings: &QuerySettings,
     caches: &Caches,
 ) -> Result<RetrieveResult> {
+    let QueryPlan {
+        query,
+        options,
+        top_k,
+    } = *plan;
     let mut timings = Vec::with_capacity(8);
     let mut clock = Instant::now();
     let mut lap = |stage: &'static str, timings: &mut Vec<(&'static str, u64)>| {
@@ -150,7 +167,7 @@ fn run_query_stages(
     lap("embed", &mut timings);
 
     let query_vector = embedded.vector.as_deref();
-    let (filter, top_k) = (&query.filter, query.top_k as usize);
+    let (filter, top_k) = (&query.filter, top_k as usize);
     let hits = coarse::retrieve(
         index,
         snapshot,
