@@ -36,7 +36,8 @@ use lathe::query::{term_hash, Candidate, PackedSpan, QueryTerms, SectionAnalysis
 use lathe::service::cache::{Caches, ResultKey};
 use lathe::tokenizer::BudgetTokenizer;
 use lathe::types::{
-    ChunkingSpec, Filter, ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk,
+    ChunkSelection, ChunkingSpec, Filter, ResultOrder, RetrieveQuery, RetrieveResult,
+    RetrievedChunk,
 };
 
 use common::{manifest_path, section_texts, squad_dir};
@@ -294,6 +295,7 @@ fn bench_pack(
                         analyses,
                         budget,
                         &workload.tokenizer,
+                        &ChunkSelection::default(),
                     ));
                 }
             })
@@ -317,7 +319,14 @@ fn bench_result_cache_hit(
         .zip(analyses)
         .zip(scored)
         .map(|(((i, (hits, _)), analyses), candidates)| {
-            let spans = pack(candidates, hits, analyses, 512, &workload.tokenizer);
+            let spans = pack(
+                candidates,
+                hits,
+                analyses,
+                512,
+                &workload.tokenizer,
+                &ChunkSelection::default(),
+            );
             let result = RetrieveResult {
                 chunks: spans
                     .iter()
@@ -374,11 +383,12 @@ fn result_key(i: usize) -> ResultKey {
         query: RetrieveQuery {
             collection: "squad".into(),
             query: format!("question {i}"),
-            top_k: 8,
+            top_k: Some(8),
             token_budget: 512,
             chunking: ChunkingSpec::default(),
             filter: Filter::default(),
             order: ResultOrder::Score,
+            selection: ChunkSelection::default(),
         },
     }
 }

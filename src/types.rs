@@ -259,17 +259,48 @@ pub enum ResultOrder {
     Position,
 }
 
+/// An `f32` compared and hashed by its bits, so that a query holding one can key a cache.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExactF32(pub f32);
+
+impl PartialEq for ExactF32 {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for ExactF32 {}
+
+impl std::hash::Hash for ExactF32 {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.to_bits().hash(state);
+    }
+}
+
+/// What a caller asks of the chosen chunks beyond their score.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ChunkSelection {
+    /// Chunks scoring below this are dropped.
+    pub min_score: Option<ExactF32>,
+    /// At most this many returned chunks (merged spans) per document.
+    pub max_chunks_per_document: Option<u32>,
+    /// MMR trade-off in 0..=1; 0 is off.
+    pub diversity: ExactF32,
+}
+
 /// A validated retrieve request, with every default resolved except the collection's chunking.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RetrieveQuery {
     pub collection: String,
     /// Trimmed, inner whitespace collapsed to single spaces.
     pub query: String,
-    pub top_k: u32,
+    /// Sections to retrieve; none: the budget decides ([`crate::query::validate::resolve_top_k`]).
+    pub top_k: Option<u32>,
     pub token_budget: u32,
     pub chunking: ChunkingSpec,
     pub filter: Filter,
     pub order: ResultOrder,
+    pub selection: ChunkSelection,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

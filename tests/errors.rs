@@ -121,6 +121,27 @@ async fn retrieve_arguments_are_checked_with_field_and_range() {
             proto::RetrieveRequest { order: 9, ..base() },
             &["order", "unknown order"],
         ),
+        (
+            proto::RetrieveRequest {
+                min_score: Some(f32::INFINITY),
+                ..base()
+            },
+            &["min_score", "finite"],
+        ),
+        (
+            proto::RetrieveRequest {
+                max_chunks_per_document: Some(0),
+                ..base()
+            },
+            &["max_chunks_per_document", "1..=1000"],
+        ),
+        (
+            proto::RetrieveRequest {
+                diversity: Some(-0.5),
+                ..base()
+            },
+            &["diversity", "0..=1"],
+        ),
     ];
     for (request, needles) in cases {
         expect_code(

@@ -98,6 +98,7 @@ async fn eval_runs_every_query_at_every_budget_and_writes_the_report() {
         models_dir: models_dir(),
         cpu_threads: 1,
         budgets: vec![32, 256],
+        no_defaults: false,
         strategies: vec!["sentence".into(), "fixed".into()],
         max_tokens: vec![16],
         overlap: 0,
@@ -121,8 +122,10 @@ async fn eval_runs_every_query_at_every_budget_and_writes_the_report() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("json line"))
         .collect();
-    // 3 queries × 2 budgets × (2 strategies + 1 baseline).
-    assert_eq!(lines.len(), 18);
+    // 3 queries × 2 budgets × (the defaults + 2 strategies + 1 baseline).
+    assert_eq!(lines.len(), 24);
+    let defaults_lines = lines.iter().filter(|l| l["strategy"] == "defaults");
+    assert_eq!(defaults_lines.count(), 6);
     for line in &lines {
         assert!(line["qid"].as_str().is_some_and(|q| q.starts_with("q-")));
         for chunk in line["chunks"].as_array().expect("chunks") {
@@ -133,7 +136,7 @@ async fn eval_runs_every_query_at_every_budget_and_writes_the_report() {
     assert!(results.contains("| sentence/16 |"));
     assert!(results.contains("| recursive-80-0 |"));
     // Every question quotes its paragraph: at 256 tokens every system finds each answer.
-    for system in ["sentence/16", "fixed/16", "recursive-80-0"] {
+    for system in ["defaults", "sentence/16", "fixed/16", "recursive-80-0"] {
         let row = format!("| 256 | {system} | 3 | 1.000 |");
         assert!(results.contains(&row), "missing `{row}` in\n{results}");
     }
@@ -141,9 +144,19 @@ async fn eval_runs_every_query_at_every_budget_and_writes_the_report() {
         results
             .matches(" chunks returned, 0 with text ≠ document text")
             .count(),
-        3,
+        4,
         "returned spans must match the document text:\n{results}"
     );
+    // Each article is about 40 tokens: at 256 tokens nothing fills the budget, at 32 tokens the
+    // answers use some of it.
+    assert!(results.contains("| fill@32 | fill@256 |"), "{results}");
+    for row in results.lines().filter(|l| l.starts_with("| 256 | ")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let fill: f64 = cells[10].parse().expect("fill rate");
+        let spans: f64 = cells[11].parse().expect("spans");
+        assert!(fill > 0.0 && fill < 1.0, "fill rate in `{row}`");
+        assert!(spans >= 1.0, "spans in `{row}`");
+    }
     let svg = std::fs::read_to_string(out.join("recall.svg")).expect("svg");
     assert!(svg.contains("recursive-80-0"));
 }

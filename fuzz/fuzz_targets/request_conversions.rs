@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
             let Ok(request) = proto::RetrieveRequest::decode(bytes) else {
                 return;
             };
-            match retrieve_query_from_proto(request, 8) {
+            match retrieve_query_from_proto(request) {
                 Ok(query) => {
                     let limits = Config::default().limits;
                     if let Err(error) = validate_query(&limits, &query) {

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use super::proto;
 use crate::error::{LatheError, Result};
 use crate::types::{
-    normalise_query, ChunkingSpec, CollectionInfo, CollectionSettings, CollectionState,
-    CollectionStats, DenseStats, DocumentFormat, DocumentInput, Filter, ResultOrder, RetrieveQuery,
-    RetrieveResult, RetrievedChunk, SectionBoundary, SemanticKind, SemanticRule, Strategy, Unit,
-    WriteOutcome, DEFAULT_SECTION_TOKENS, METADATA_SEPARATOR,
+    normalise_query, ChunkSelection, ChunkingSpec, CollectionInfo, CollectionSettings,
+    CollectionState, CollectionStats, DenseStats, DocumentFormat, DocumentInput, ExactF32, Filter,
+    ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk, SectionBoundary, SemanticKind,
+    SemanticRule, Strategy, Unit, WriteOutcome, DEFAULT_SECTION_TOKENS, METADATA_SEPARATOR,
 };
 
 pub fn strategy_from_proto(value: i32, field: &str) -> Result<Option<Strategy>> {
@@ -336,10 +336,7 @@ impl From<WriteOutcome> for proto::WriteResponse {
     }
 }
 
-pub fn retrieve_query_from_proto(
-    request: proto::RetrieveRequest,
-    default_top_k: u32,
-) -> Result<RetrieveQuery> {
+pub fn retrieve_query_from_proto(request: proto::RetrieveRequest) -> Result<RetrieveQuery> {
     let proto::RetrieveRequest {
         collection,
         query,
@@ -348,7 +345,15 @@ pub fn retrieve_query_from_proto(
         chunking,
         filter,
         order,
+        min_score,
+        max_chunks_per_document,
+        diversity,
     } = request;
+    let selection = ChunkSelection {
+        min_score: min_score.map(ExactF32),
+        max_chunks_per_document,
+        diversity: ExactF32(diversity.unwrap_or(0.0)),
+    };
     let order = match proto::ResultOrder::try_from(order) {
         Ok(proto::ResultOrder::Score) => ResultOrder::Score,
         Ok(proto::ResultOrder::Position) => ResultOrder::Position,
@@ -392,11 +397,12 @@ pub fn retrieve_query_from_proto(
     Ok(RetrieveQuery {
         collection,
         query: normalise_query(&query),
-        top_k: top_k.unwrap_or(default_top_k),
+        top_k,
         token_budget,
         chunking: chunking_from_proto(chunking, "chunking")?,
         filter,
         order,
+        selection,
     })
 }
 
@@ -521,19 +527,16 @@ mod tests {
     }
 
     #[test]
-    fn queries_are_normalised_and_top_k_defaults() {
-        let query = retrieve_query_from_proto(
-            proto::RetrieveRequest {
-                collection: "c".into(),
-                query: "  who   won\tthe game ".into(),
-                token_budget: 10,
-                ..Default::default()
-            },
-            8,
-        )
+    fn queries_are_normalised_and_top_k_is_left_to_the_budget() {
+        let query = retrieve_query_from_proto(proto::RetrieveRequest {
+            collection: "c".into(),
+            query: "  who   won\tthe game ".into(),
+            token_budget: 10,
+            ..Default::default()
+        })
         .unwrap();
         assert_eq!(query.query, "who won the game");
-        assert_eq!(query.top_k, 8);
+        assert_eq!(query.top_k, None);
     }
 }
 

@@ -22,7 +22,6 @@ pub struct GrpcAdapter {
     /// Requests in flight; beyond the limit, requests are shed rather than queued.
     in_flight: Arc<Semaphore>,
     max_concurrent: usize,
-    default_top_k: u32,
     keys: Option<Arc<ApiKeys>>,
     metrics: Arc<Metrics>,
     /// Deadline of unary calls whose client sets none (or a longer one).
@@ -154,7 +153,6 @@ impl GrpcAdapter {
     pub fn new(
         service: Arc<Engine>,
         max_concurrent: usize,
-        default_top_k: u32,
         keys: Option<Arc<ApiKeys>>,
         metrics: Arc<Metrics>,
         request_timeout: Duration,
@@ -163,7 +161,6 @@ impl GrpcAdapter {
             service,
             in_flight: Arc::new(Semaphore::new(max_concurrent)),
             max_concurrent,
-            default_top_k,
             keys,
             metrics,
             request_timeout,
@@ -400,7 +397,7 @@ impl Lathe for GrpcAdapter {
         request: Request<proto::RetrieveRequest>,
     ) -> Result<Response<proto::RetrieveResponse>, Status> {
         self.unary("Retrieve", Access::Read, request, |message| async move {
-            let query = convert::retrieve_query_from_proto(message, self.default_top_k)?;
+            let query = convert::retrieve_query_from_proto(message)?;
             Ok(self.service.retrieve(query).await?.into())
         })
         .await

@@ -148,7 +148,6 @@ fn lathe_service(
     let adapter = GrpcAdapter::new(
         Arc::clone(engine),
         config.server.max_concurrent_requests,
-        config.retrieval.default_top_k,
         keys,
         Arc::clone(metrics),
         Duration::from_millis(config.server.request_timeout_ms),

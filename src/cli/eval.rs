@@ -24,7 +24,7 @@ use crate::client::{
 };
 use crate::eval::report::{self, Cell};
 use crate::eval::splitter::RecursiveCharacterSplitter;
-use crate::eval::{score_query, summarize, Dataset, QueryOutcome, ReturnedChunk};
+use crate::eval::{distinct_spans, score_query, summarize, Dataset, QueryOutcome, ReturnedChunk};
 
 #[derive(clap::Args, Debug)]
 pub struct EvalArgs {
@@ -40,9 +40,17 @@ pub struct EvalArgs {
     /// CPU pool threads of the in-process server (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub cpu_threads: usize,
-    /// Token budgets, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "128,256,512,1024")]
+    /// Token budgets, comma-separated (default: the powers of two from 128 to 32768).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "128,256,512,1024,2048,4096,8192,16384,32768"
+    )]
     pub budgets: Vec<u32>,
+    /// Leave out the system "defaults": requests that hold only the query and the budget, so the
+    /// server chooses depth, chunking and order as it does for a caller who sets nothing.
+    #[arg(long)]
+    pub no_defaults: bool,
     /// Lathe chunking strategies, comma-separated (fixed, sentence, recursive, structure, auto,
     /// semantic).
     #[arg(long, value_delimiter = ',', default_value = "sentence,fixed")]
@@ -89,6 +97,8 @@ pub struct EvalArgs {
     pub keep_collections: bool,
 }
 
+/// The system of requests that hold only the query and the budget.
+const DEFAULTS_LABEL: &str = "defaults";
 const DEFAULT_BASELINES: [&str; 2] = ["recursive-400-0", "recursive-1000-200"];
 /// `limits.max_chunk_tokens` of the default configuration: a baseline piece is one chunk.
 const WHOLE_SECTION_TOKENS: u32 = 8_192;
@@ -114,6 +124,8 @@ struct PiecePlace {
 }
 
 enum SystemKind {
+    /// Only the query and the budget: everything else is the server's choice.
+    Defaults,
     Lathe {
         strategy: proto::ChunkStrategy,
         max_tokens: u32,
@@ -320,9 +332,15 @@ fn read_inputs(args: &EvalArgs) -> anyhow::Result<EvalInputs> {
     })
 }
 
-/// Each strategy at each `--max-tokens`, in that order.
+/// The server's defaults (unless `--no-defaults`), then each strategy at each `--max-tokens`.
 fn lathe_systems(args: &EvalArgs) -> anyhow::Result<Vec<System>> {
     let mut systems = Vec::new();
+    if !args.no_defaults {
+        systems.push(System {
+            label: DEFAULTS_LABEL.to_string(),
+            kind: SystemKind::Defaults,
+        });
+    }
     for &max_tokens in &args.max_tokens {
         for name in &args.strategies {
             systems.push(System {
@@ -529,13 +547,15 @@ impl CellRun<'_> {
     fn baseline(&self) -> Option<&Baseline> {
         match self.system.kind {
             SystemKind::Baseline(i) => Some(&self.collections.baselines[i]),
-            SystemKind::Lathe { .. } => None,
+            SystemKind::Lathe { .. } | SystemKind::Defaults => None,
         }
     }
 
-    /// The collection, chunking options and top_k this system asks with.
-    fn request_parts(&self) -> (String, proto::ChunkingOptions, u32) {
+    /// The collection, chunking options and top_k this system asks with (none: the server's).
+    fn request_parts(&self) -> (String, Option<proto::ChunkingOptions>, Option<u32>) {
+        let lathe_collection = self.collections.lathe_collection.clone();
         match (&self.system.kind, self.baseline()) {
+            (SystemKind::Defaults, _) => (lathe_collection, None, None),
             (
                 SystemKind::Lathe {
                     strategy,
@@ -543,29 +563,29 @@ impl CellRun<'_> {
                 },
                 _,
             ) => (
-                self.collections.lathe_collection.clone(),
-                proto::ChunkingOptions {
+                lathe_collection,
+                Some(proto::ChunkingOptions {
                     strategy: *strategy as i32,
                     max_tokens: Some(*max_tokens),
                     overlap_tokens: Some(self.args.overlap),
                     unit: proto::ChunkUnit::Tokens as i32,
                     separators: Vec::new(),
                     ..Default::default()
-                },
-                self.args.top_k,
+                }),
+                Some(self.args.top_k),
             ),
             // One chunk per piece: no re-chunking, the server only packs whole pieces.
             (SystemKind::Baseline(_), baseline) => (
                 baseline.map(|b| b.collection.clone()).unwrap_or_default(),
-                proto::ChunkingOptions {
+                Some(proto::ChunkingOptions {
                     strategy: proto::ChunkStrategy::Fixed as i32,
                     max_tokens: Some(WHOLE_SECTION_TOKENS),
                     overlap_tokens: Some(0),
                     unit: proto::ChunkUnit::Tokens as i32,
                     separators: Vec::new(),
                     ..Default::default()
-                },
-                self.args.baseline_top_k.unwrap_or(self.args.top_k),
+                }),
+                Some(self.args.baseline_top_k.unwrap_or(self.args.top_k)),
             ),
         }
     }
@@ -588,11 +608,14 @@ impl CellRun<'_> {
                 let request = proto::RetrieveRequest {
                     collection: collection.clone(),
                     query: dataset.queries[query_index].question.clone(),
-                    top_k: Some(top_k),
+                    top_k,
                     token_budget: self.budget,
-                    chunking: Some(chunking.clone()),
+                    chunking: chunking.clone(),
                     filter: None,
                     order: proto::ResultOrder::Score as i32,
+                    min_score: None,
+                    max_chunks_per_document: None,
+                    diversity: None,
                 };
                 async move {
                     let sent = Instant::now();
@@ -619,7 +642,10 @@ impl CellRun<'_> {
                 .into_inner();
             let chunks = self.returned_chunks(&response, check)?;
             let gold = dataset.gold_ranges(query);
-            let outcome = score_query(query, &gold, &chunks, self.budget, latency);
+            let mut outcome = score_query(query, &gold, &chunks, self.budget, latency);
+            outcome.distinct_spans = distinct_spans(&chunks, &|doc_id, start, end| {
+                self.gap_is_blank(doc_id, start, end)
+            });
             results.push(ScoredQuery {
                 query_index,
                 outcome,
@@ -629,6 +655,20 @@ impl CellRun<'_> {
         }
         results.sort_by_key(|scored| scored.query_index);
         Ok(results)
+    }
+
+    /// Whether code points `start..end` of dataset document `doc_id` are only whitespace.
+    fn gap_is_blank(&self, doc_id: &str, start: u64, end: u64) -> bool {
+        let Some(&document_index) = self.inputs.dataset.document_index.get(doc_id) else {
+            return false;
+        };
+        let bytes = &self.inputs.char_bytes[document_index];
+        let text = &self.inputs.dataset.documents[document_index].text;
+        bytes
+            .get(start as usize)
+            .zip(bytes.get(end as usize))
+            .and_then(|(&b0, &b1)| text.get(b0..b1))
+            .is_some_and(|gap| gap.chars().all(char::is_whitespace))
     }
 
     /// The response's chunks placed in their dataset documents, checked against the document
@@ -773,7 +813,7 @@ fn write_report(parts: &ReportInputs, run_path: &Path) -> anyhow::Result<()> {
     budgets.dedup();
     let table = report::markdown(&measurements.cells, &labels, &budgets);
     let header = format!(
-        "## lathe eval: {}\n\n{} of {} queries (seed {}), {} documents; top_k {} (baselines {}), overlap {} tokens; server {}; concurrency {}; {} retrieves in {:.1} s. Latency is client-side wall time per Retrieve over loopback gRPC. Budgets and recounts in the MiniLM tokenizer (no special tokens).\n\n{}\n",
+        "## lathe eval: {}\n\n{} of {} queries (seed {}), {} documents; top_k {} (baselines {}; the system \"defaults\" sends only the query and the budget), overlap {} tokens; server {}; concurrency {}; {} retrieves in {:.1} s. Latency is client-side wall time per Retrieve over loopback gRPC. Budgets and recounts in the MiniLM tokenizer (no special tokens).\n\n{}\n",
         args.dataset.display(),
         inputs.query_indices.len(),
         inputs.dataset.queries.len(),

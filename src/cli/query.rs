@@ -33,6 +33,15 @@ pub struct QueryArgs {
     /// Only documents with this metadata (key=value, repeatable).
     #[arg(long = "filter", value_name = "KEY=VALUE")]
     pub filters: Vec<String>,
+    /// Drop chunks scoring below this.
+    #[arg(long)]
+    pub min_score: Option<f32>,
+    /// At most this many chunks of one document.
+    #[arg(long)]
+    pub max_chunks_per_document: Option<u32>,
+    /// MMR trade-off in 0..=1 (0: off): higher prefers chunks unlike those already chosen.
+    #[arg(long)]
+    pub diversity: Option<f32>,
     /// Print the response as JSON.
     #[arg(long)]
     pub json: bool,
@@ -84,6 +93,9 @@ pub async fn query(args: QueryArgs) -> anyhow::Result<()> {
             doc_ids: Vec::new(),
         }),
         order: order as i32,
+        min_score: args.min_score,
+        max_chunks_per_document: args.max_chunks_per_document,
+        diversity: args.diversity,
     };
     let mut client = crate::client::connect(&args.addr).await?;
     let response = client

@@ -166,6 +166,10 @@ pub struct QueryOutcome {
     pub gold_chars: u64,
     pub tokens: u64,
     pub over_budget: bool,
+    /// Returned tokens / budget.
+    pub fill_rate: f64,
+    /// Contiguous stretches of text the answer is made of ([`distinct_spans`]).
+    pub distinct_spans: u64,
     pub latency: Duration,
 }
 
@@ -201,7 +205,36 @@ pub fn score_query(
         }
     }
     outcome.over_budget = outcome.tokens > budget as u64;
+    outcome.fill_rate = outcome.tokens as f64 / budget.max(1) as f64;
     outcome
+}
+
+/// How many contiguous stretches of document text the chunks make once merged: chunks of one
+/// document that overlap, touch, or are separated only by what `blank_gap(doc_id, start, end)`
+/// calls blank (whitespace between two sentences) count as one. Fewer, longer spans read better.
+pub fn distinct_spans(chunks: &[ReturnedChunk], blank_gap: &dyn Fn(&str, u64, u64) -> bool) -> u64 {
+    let mut spans: Vec<(&str, u64, u64)> = chunks
+        .iter()
+        .map(|c| (c.doc_id.as_str(), c.start, c.end))
+        .collect();
+    spans.sort_unstable();
+    let mut count = 0;
+    let mut open: Option<(&str, u64)> = None;
+    for (doc_id, start, end) in spans {
+        match open {
+            Some((open_doc, open_end))
+                if open_doc == doc_id
+                    && (start <= open_end || blank_gap(doc_id, open_end, start)) =>
+            {
+                open = Some((doc_id, open_end.max(end)));
+            }
+            _ => {
+                count += 1;
+                open = Some((doc_id, end));
+            }
+        }
+    }
+    count
 }
 
 fn overlap(a: &Range<u64>, b: &Range<u64>) -> u64 {
@@ -219,6 +252,10 @@ pub struct Summary {
     pub gold_precision: f64,
     pub over_budget: f64,
     pub mean_tokens: f64,
+    /// Mean over queries of returned tokens / budget.
+    pub fill_rate: f64,
+    /// Mean over queries of [`distinct_spans`].
+    pub distinct_spans: f64,
     pub latency_p50: Duration,
     pub latency_p95: Duration,
     pub latency_p99: Duration,
@@ -248,6 +285,8 @@ pub fn summarize(outcomes: &[QueryOutcome]) -> Summary {
         }),
         over_budget: share(&|o| o.over_budget),
         mean_tokens: mean(&|o| o.tokens as f64),
+        fill_rate: mean(&|o| o.fill_rate),
+        distinct_spans: mean(&|o| o.distinct_spans as f64),
         latency_p50: percentile(&latencies, 50.0),
         latency_p95: percentile(&latencies, 95.0),
         latency_p99: percentile(&latencies, 99.0),
@@ -306,6 +345,27 @@ mod tests {
         assert_eq!(outcome.gold_chars, 12 + 12);
         assert_eq!(outcome.tokens, 15);
         assert!(!outcome.over_budget);
+        assert_eq!(outcome.fill_rate, 1.0);
+    }
+
+    #[test]
+    fn spans_that_overlap_touch_or_are_split_by_a_blank_gap_count_once() {
+        // Document "d" has a blank gap at 20..22 only.
+        let blank = |doc_id: &str, start: u64, end: u64| doc_id == "d" && start == 20 && end == 22;
+        let chunks = vec![
+            chunk("d", 22, 30, 1), // after the blank gap: joins 10..20
+            chunk("d", 10, 20, 1),
+            chunk("d", 25, 40, 1), // overlaps 22..30
+            chunk("d", 40, 45, 1), // touches 25..40
+            chunk("d", 50, 60, 1), // a real gap: a new span
+            chunk("e", 60, 70, 1), // another document
+            chunk("e", 22, 25, 1), // 20..22 is blank in "d" only: a new span
+            chunk("e", 0, 20, 1),
+        ];
+        assert_eq!(distinct_spans(&chunks, &blank), 5);
+        assert_eq!(distinct_spans(&[], &blank), 0);
+        let never = |_: &str, _: u64, _: u64| false;
+        assert_eq!(distinct_spans(&chunks[..2], &never), 2);
     }
 
     #[test]
@@ -317,6 +377,8 @@ mod tests {
             gold_chars: 5,
             tokens: 100,
             over_budget: false,
+            fill_rate: 0.8,
+            distinct_spans: 3,
             latency: Duration::from_millis(2),
         };
         let miss = QueryOutcome {
@@ -328,6 +390,8 @@ mod tests {
         assert_eq!(summary.mrr, 0.25);
         assert_eq!(summary.gold_precision, 0.25);
         assert_eq!(summary.mean_tokens, 50.0);
+        assert_eq!(summary.fill_rate, 0.4);
+        assert_eq!(summary.distinct_spans, 1.5);
         assert_eq!(summary.latency_p50, Duration::from_millis(2));
         assert_eq!(summary.latency_p99, Duration::from_millis(4));
     }

@@ -26,13 +26,72 @@ fn find<'a>(cells: &'a [Cell], system: &str, budget: u32) -> Option<&'a Cell> {
         .find(|c| c.system == system && c.budget == budget)
 }
 
-/// The full table (one row per budget and system) and a recall matrix (systems × budgets).
+/// The recall and fill-rate matrices (systems × budgets) and the full table (one row per budget
+/// and system).
 pub fn markdown(cells: &[Cell], systems: &[String], budgets: &[u32]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "### Answer recall by budget\n");
+    let recall = |s: &Summary| s.answer_recall;
+    matrix(
+        &mut out,
+        cells,
+        systems,
+        budgets,
+        ("Answer recall", "recall", &recall),
+    );
+    let fill = |s: &Summary| s.fill_rate;
+    matrix(
+        &mut out,
+        cells,
+        systems,
+        budgets,
+        ("Fill rate (tokens used / budget)", "fill", &fill),
+    );
+    let _ = writeln!(out, "\n### All metrics\n");
+    let _ = writeln!(
+        out,
+        "| budget | system | queries | answer recall | MRR | doc hit | gold precision | over budget | mean tokens | fill rate | spans | p50 ms | p95 ms | p99 ms |"
+    );
+    let _ = writeln!(
+        out,
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for &budget in budgets {
+        for system in systems {
+            let Some(cell) = find(cells, system, budget) else {
+                continue;
+            };
+            let s = &cell.summary;
+            let _ = writeln!(
+                out,
+                "| {budget} | {system} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                s.queries,
+                s.answer_recall,
+                s.mrr,
+                s.doc_hit,
+                s.gold_precision,
+                s.over_budget,
+                s.mean_tokens,
+                s.fill_rate,
+                s.distinct_spans,
+                milliseconds(s.latency_p50),
+                milliseconds(s.latency_p95),
+                milliseconds(s.latency_p99),
+            );
+        }
+    }
+    out
+}
+
+/// (heading, column prefix, the metric) of one matrix.
+type MatrixSpec<'a> = (&'a str, &'a str, &'a dyn Fn(&Summary) -> f64);
+
+/// One metric as a matrix: a row per system, a column per budget.
+fn matrix(out: &mut String, cells: &[Cell], systems: &[String], budgets: &[u32], spec: MatrixSpec) {
+    let (heading, prefix, metric) = spec;
+    let _ = writeln!(out, "### {heading} by budget\n");
     let _ = write!(out, "| system |");
     for budget in budgets {
-        let _ = write!(out, " recall@{budget} |");
+        let _ = write!(out, " {prefix}@{budget} |");
     }
     let _ = write!(out, "\n|---|");
     for _ in budgets {
@@ -44,45 +103,14 @@ pub fn markdown(cells: &[Cell], systems: &[String], budgets: &[u32]) -> String {
         for &budget in budgets {
             match find(cells, system, budget) {
                 Some(cell) => {
-                    let _ = write!(out, " {:.3} |", cell.summary.answer_recall);
+                    let _ = write!(out, " {:.3} |", metric(&cell.summary));
                 }
                 None => out.push_str(" – |"),
             }
         }
         out.push('\n');
     }
-    let _ = writeln!(out, "\n### All metrics\n");
-    let _ = writeln!(
-        out,
-        "| budget | system | queries | answer recall | MRR | doc hit | gold precision | over budget | mean tokens | p50 ms | p95 ms | p99 ms |"
-    );
-    let _ = writeln!(
-        out,
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    );
-    for &budget in budgets {
-        for system in systems {
-            let Some(cell) = find(cells, system, budget) else {
-                continue;
-            };
-            let s = &cell.summary;
-            let _ = writeln!(
-                out,
-                "| {budget} | {system} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.2} | {:.2} | {:.2} |",
-                s.queries,
-                s.answer_recall,
-                s.mrr,
-                s.doc_hit,
-                s.gold_precision,
-                s.over_budget,
-                s.mean_tokens,
-                milliseconds(s.latency_p50),
-                milliseconds(s.latency_p95),
-                milliseconds(s.latency_p99),
-            );
-        }
-    }
-    out
+    out.push('\n');
 }
 
 /// Answer recall against budget (log scale), one line per system.
@@ -154,6 +182,8 @@ mod tests {
                     summary: Summary {
                         queries: 10,
                         answer_recall: base + 0.1 * i as f64,
+                        fill_rate: 0.9,
+                        distinct_spans: 2.0 + i as f64,
                         ..Summary::default()
                     },
                 });
@@ -169,6 +199,10 @@ mod tests {
         assert!(table.contains("| sentence/64 | 0.500 | 0.600 |"));
         assert!(table.contains("| recursive-400-0 | 0.300 | 0.400 |"));
         assert_eq!(table.matches("| 128 |").count(), 2);
+        assert!(table.contains("| fill@128 | fill@256 |"));
+        assert!(table.contains("| sentence/64 | 0.900 | 0.900 |"));
+        // fill rate and spans sit after mean tokens.
+        assert!(table.contains("| 0.0 | 0.900 | 3.00 |"), "{table}");
     }
 
     #[test]

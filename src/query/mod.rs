@@ -10,14 +10,18 @@
 //!   └─ analyze::analyze             → Vec<Arc<SectionAnalysis>>  one tokenization per section (cached)
 //!   └─ rechunk::rechunk             → Vec<Candidate>    fine chunks cut on token offsets
 //!   └─ score::score                 → Vec<Candidate>    chunk BM25 + section prior (+ dense), best first
-//!   └─ pack::pack                   → Vec<PackedSpan>   best chunks merged into the budget
+//!   └─ diversify::diversify         → Vec<Candidate>    reordered by MMR (only with diversity > 0)
+//!   └─ pack::pack                   → Vec<PackedSpan>   chunks in that order merged into the budget
+//!   └─ expand::expand               → Vec<PackedSpan>   leftover budget grows spans by neighbouring sentences
 //!   └─ assemble::assemble           → Vec<RetrievedChunk>  ordered, with text and document offsets
 //! ```
 
 pub mod analyze;
 pub mod assemble;
 pub mod coarse;
+pub mod diversify;
 pub mod embed;
+pub mod expand;
 pub mod pack;
 pub mod rechunk;
 pub mod score;

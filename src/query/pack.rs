@@ -13,8 +13,12 @@ use std::sync::Arc;
 use super::{Candidate, PackedSpan, SectionAnalysis};
 use crate::index::SectionHit;
 use crate::tokenizer::BudgetTokenizer;
+use crate::types::ChunkSelection;
 
-/// `candidates` must be sorted best first.
+/// `candidates` must be in the order they should be taken (best first). A candidate scoring
+/// under `selection.min_score` is skipped, and so is one that would start a new span in a document
+/// already holding `selection.max_chunks_per_document` spans (one that merges into a span of its
+/// section adds none).
 #[tracing::instrument(level = "debug", skip_all, fields(candidates = candidates.len(), budget))]
 pub fn pack(
     candidates: &[Candidate],
@@ -22,6 +26,7 @@ pub fn pack(
     analyses: &[Arc<SectionAnalysis>],
     budget: u32,
     tokenizer: &BudgetTokenizer,
+    selection: &ChunkSelection,
 ) -> Vec<PackedSpan> {
     let budget = budget as u64;
     let mut spans: Vec<PackedSpan> = Vec::new();
@@ -31,8 +36,17 @@ pub fn pack(
         if candidate.token_count == 0 || candidate.start >= candidate.end {
             continue;
         }
+        if selection
+            .min_score
+            .is_some_and(|floor| candidate.score < floor.0)
+        {
+            continue;
+        }
         let text = &hits[candidate.hit_index as usize].text;
         if collect_touching(&spans, candidate, text, &mut absorbed) {
+            continue;
+        }
+        if absorbed.is_empty() && document_is_full(&spans, hits, candidate, selection) {
             continue;
         }
         let (start, end) = widen_over_touching(&spans, candidate, text, &mut absorbed);
@@ -80,6 +94,24 @@ pub fn pack(
             .then(a.start.cmp(&b.start))
     });
     spans
+}
+
+/// True when the candidate's document already holds `max_chunks_per_document` packed spans.
+fn document_is_full(
+    spans: &[PackedSpan],
+    hits: &[SectionHit],
+    candidate: &Candidate,
+    selection: &ChunkSelection,
+) -> bool {
+    let Some(cap) = selection.max_chunks_per_document else {
+        return false;
+    };
+    let doc_id = &hits[candidate.hit_index as usize].doc_id;
+    let held = spans
+        .iter()
+        .filter(|span| &hits[span.hit_index as usize].doc_id == doc_id)
+        .count();
+    held >= cap as usize
 }
 
 /// Collects into `absorbed` the packed spans of the candidate's section that overlap or touch
@@ -180,7 +212,7 @@ pub fn with_context(text: &str, context: (u32, u32), span: (u32, u32)) -> String
 }
 
 /// True when two byte ranges of `text` overlap or only whitespace lies between them.
-fn overlaps_or_touches(text: &str, a: (u32, u32), b: (u32, u32)) -> bool {
+pub(super) fn overlaps_or_touches(text: &str, a: (u32, u32), b: (u32, u32)) -> bool {
     let (first, second) = if a.0 <= b.0 { (a, b) } else { (b, a) };
     if second.0 <= first.1 {
         return true;
@@ -212,7 +244,92 @@ mod properties {
     };
     use proptest::strategy::Strategy as _;
 
-    use super::{pack, with_context, Candidate, SectionAnalysis};
+    use proptest::test_runner::TestCaseError;
+
+    use super::{pack, with_context, Candidate, PackedSpan, SectionAnalysis};
+    use crate::query::assemble::assemble;
+    use crate::query::diversify::diversify;
+    use crate::query::expand::{expand, ExpandInputs};
+    use crate::types::{ChunkSelection, ExactF32, ResultOrder};
+
+    /// What must hold of any packed (or grown) spans: the floor and the per-document cap, the
+    /// budget counted exactly (with context), disjoint spans on char boundaries, and each
+    /// returned text equal to its document's text at the returned bytes (a section is at byte 0
+    /// of its document here, so the text is looked up by the span in the document's sections).
+    fn check_spans(
+        spans: &[PackedSpan],
+        hits: &[SectionHit],
+        budget: u32,
+        selection: &ChunkSelection,
+        order: ResultOrder,
+    ) -> Result<(), TestCaseError> {
+        if let Some(floor) = selection.min_score {
+            for s in spans {
+                prop_assert!(s.score >= floor.0, "{s:?} under {floor:?}");
+            }
+        }
+        if let Some(cap) = selection.max_chunks_per_document {
+            for doc_id in ["d0", "d1"] {
+                let held = spans
+                    .iter()
+                    .filter(|s| hits[s.hit_index as usize].doc_id == doc_id)
+                    .count();
+                prop_assert!(held <= cap as usize, "{held} spans of {doc_id}, cap {cap}");
+            }
+        }
+        let chunks = assemble(&mut spans.to_vec(), hits, order);
+        prop_assert_eq!(chunks.len(), spans.len());
+        for chunk in &chunks {
+            let exact = hits.iter().any(|hit| {
+                hit.doc_id == chunk.doc_id
+                    && hit
+                        .text
+                        .get(chunk.bytes.start as usize..chunk.bytes.end as usize)
+                        == Some(chunk.text.as_str())
+            });
+            prop_assert!(exact, "{chunk:?} is not its document's text");
+        }
+        let mut total = 0usize;
+        for s in spans {
+            let text = &hits[s.hit_index as usize].text;
+            total += match s.header {
+                None => tokenizer().count(&text[s.start as usize..s.end as usize]),
+                Some(header) => {
+                    prop_assert!(header.1 <= s.start, "context {header:?} inside {s:?}");
+                    tokenizer().count(&with_context(text, header, (s.start, s.end)))
+                }
+            };
+        }
+        prop_assert!(total <= budget as usize, "{total} > {budget}");
+        prop_assert_eq!(
+            total,
+            spans.iter().map(|s| s.token_count as usize).sum::<usize>()
+        );
+        for (i, a) in spans.iter().enumerate() {
+            let text = &hits[a.hit_index as usize].text;
+            prop_assert!(a.start < a.end && (a.end as usize) <= text.len());
+            prop_assert!(
+                text.is_char_boundary(a.start as usize) && text.is_char_boundary(a.end as usize)
+            );
+            for b in &spans[i + 1..] {
+                prop_assert!(
+                    a.hit_index != b.hit_index || a.end <= b.start || b.end <= a.start,
+                    "overlap {a:?} {b:?}"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Candidates by place, to compare two orders of the same candidates.
+    fn sorted_by_place(candidates: &[Candidate]) -> Vec<(u32, u32, u32)> {
+        let mut places: Vec<(u32, u32, u32)> = candidates
+            .iter()
+            .map(|c| (c.hit_index, c.start, c.end))
+            .collect();
+        places.sort_unstable();
+        places
+    }
     use crate::chunk::{chunk_section, ChunkOptions, ChunkSpan, Unit};
     use crate::index::SectionHit;
     use crate::tokenizer::BudgetTokenizer;
@@ -247,6 +364,14 @@ mod properties {
             })
             .collect();
         (hits, analyses)
+    }
+
+    /// A section of document `doc_id`.
+    fn document_section(doc_id: &str, text: &str) -> SectionHit {
+        SectionHit {
+            doc_id: doc_id.into(),
+            ..section(text)
+        }
     }
 
     /// Arbitrary Unicode with plenty of whitespace, punctuation, combining marks and emoji.
@@ -331,7 +456,7 @@ mod properties {
                 }
             }
             candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
-            let packed = pack(&candidates, &hits, &analyses, budget, tokenizer);
+            let packed = pack(&candidates, &hits, &analyses, budget, tokenizer, &ChunkSelection::default());
             let tokens: u32 = packed.iter().map(|s| s.token_count).sum();
             let bytes: usize = packed.iter().map(|s| (s.end - s.start) as usize).sum();
             prop_assert!(tokens <= budget);
@@ -345,6 +470,9 @@ mod properties {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
 
+        /// With any of the caller's controls set (`min_score`, `max_chunks_per_document`,
+        /// `diversity`) and either order, the budget holds, spans are exact and disjoint, and
+        /// every span honours the floor and its document's cap.
         #[test]
         fn packing_never_exceeds_the_budget_and_never_repeats_text(
             texts in prop::collection::vec(text_strategy(), 1..4),
@@ -353,8 +481,31 @@ mod properties {
             overlap_share in 0u32..100,
             budget in 1u32..200,
             seed in any::<u64>(),
+            min_score in prop::option::of(0u32..(1 << 24)),
+            max_chunks_per_document in prop::option::of(1u32..4),
+            diversity_steps in prop_oneof![Just(0u32), 0u32..=4],
+            with_vectors in any::<bool>(),
+            by_position in any::<bool>(),
         ) {
-            let (hits, analyses) = sections_and_analyses(&texts, tokenizer());
+            let selection = ChunkSelection {
+                min_score: min_score.map(|m| ExactF32(m as f32)),
+                max_chunks_per_document,
+                diversity: ExactF32(diversity_steps as f32 / 4.0),
+            };
+            // Sections 0 and 2 are one document, section 1 another: the cap counts by document.
+            let hits: Vec<SectionHit> = texts
+                .iter()
+                .enumerate()
+                .map(|(i, t)| document_section(if i == 1 { "d1" } else { "d0" }, t))
+                .collect();
+            let analyses: Vec<Arc<SectionAnalysis>> = hits
+                .iter()
+                .map(|hit| {
+                    let mut sentences = Vec::new();
+                    crate::chunk::sentences(&hit.text, &mut sentences);
+                    Arc::new(SectionAnalysis { tokens: tokenizer().offsets(&hit.text), terms: Vec::new(), sentences })
+                })
+                .collect();
             let options = ChunkOptions {
                 // Structure repeats table headers as context, which the budget must count.
                 strategy: if structure { crate::chunk::Strategy::Structure } else { crate::chunk::Strategy::Fixed },
@@ -374,32 +525,34 @@ mod properties {
                 }
             }
             candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
-            let packed = pack(&candidates, &hits, &analyses, budget, tokenizer());
-
-            let mut total = 0usize;
-            for s in &packed {
-                let text = &hits[s.hit_index as usize].text;
-                total += match s.header {
-                    None => tokenizer().count(&text[s.start as usize..s.end as usize]),
-                    Some(header) => {
-                        prop_assert!(header.1 <= s.start, "context {header:?} inside {s:?}");
-                        tokenizer().count(&with_context(text, header, (s.start, s.end)))
-                    }
-                };
-            }
-            prop_assert!(total <= budget as usize, "{total} > {budget}");
-            prop_assert_eq!(total, packed.iter().map(|s| s.token_count as usize).sum::<usize>());
-            for (i, a) in packed.iter().enumerate() {
-                let text = &hits[a.hit_index as usize].text;
-                prop_assert!(a.start < a.end && (a.end as usize) <= text.len());
-                prop_assert!(text.is_char_boundary(a.start as usize) && text.is_char_boundary(a.end as usize));
-                for b in &packed[i + 1..] {
-                    prop_assert!(a.hit_index != b.hit_index || a.end <= b.start || b.end <= a.start, "overlap {a:?} {b:?}");
-                }
+            let vectors: Vec<Option<Vec<f32>>> = candidates
+                .iter()
+                .map(|c| with_vectors.then(|| {
+                    let angle = (c.score as u64 % 7) as f32;
+                    vec![angle.cos(), angle.sin()]
+                }))
+                .collect();
+            let scored = candidates.clone();
+            diversify(&mut candidates, &vectors, &hits, selection.diversity.0);
+            prop_assert_eq!(sorted_by_place(&candidates), sorted_by_place(&scored));
+            let packed = pack(&candidates, &hits, &analyses, budget, tokenizer(), &selection);
+            let order = if by_position { ResultOrder::Position } else { ResultOrder::Score };
+            check_spans(&packed, &hits, budget, &selection, order)?;
+            // The leftover grows the spans: the same invariants, and every packed span lies
+            // inside a grown one.
+            let mut grown = packed.clone();
+            let inputs = ExpandInputs { hits: &hits, analyses: &analyses, budget, tokenizer: tokenizer() };
+            expand(&mut grown, &inputs);
+            check_spans(&grown, &hits, budget, &selection, order)?;
+            prop_assert!(grown.len() <= packed.len());
+            for p in &packed {
+                let kept = grown.iter().any(|g| g.hit_index == p.hit_index && g.start <= p.start && p.end <= g.end);
+                prop_assert!(kept, "{p:?} lost by the expansion: {grown:?}");
             }
             // Greedy: if nothing was packed, no single candidate would have fitted on its own.
             if packed.is_empty() {
-                for c in &candidates {
+                let above_floor = |c: &&Candidate| selection.min_score.is_none_or(|floor| c.score >= floor.0);
+                for c in candidates.iter().filter(above_floor) {
                     let own = tokenizer().count(&hits[c.hit_index as usize].text[c.start as usize..c.end as usize]);
                     prop_assert!(own > budget as usize || c.token_count == 0, "{c:?} ({own} tokens) fits {budget}");
                 }

@@ -163,13 +163,20 @@ impl<'q> DenseScorer<'q> {
     }
 
     fn similarity(&mut self, start: u32, end: u32) -> f32 {
-        let (Some(query), Some(vectors)) = (self.query, &self.vectors) else {
+        let Some(query) = self.query else {
             return 0.0;
         };
+        self.pooled(start, end)
+            .map_or(0.0, |pooled| crate::embed::dot(pooled, query))
+    }
+
+    /// The chunk's vector: the L2-normalised mean of the vectors of the sentences it covers.
+    fn pooled(&mut self, start: u32, end: u32) -> Option<&[f32]> {
+        let vectors = self.vectors.as_ref()?;
         let first = self.sentences.partition_point(|s| s.end <= start);
         let last = self.sentences.partition_point(|s| s.start < end);
         if first >= last {
-            return 0.0;
+            return None;
         }
         self.weights.clear();
         self.weights.extend(
@@ -177,14 +184,43 @@ impl<'q> DenseScorer<'q> {
                 .iter()
                 .map(|s| (s.end.min(end).saturating_sub(s.start.max(start))) as f32),
         );
-        if vectors
+        vectors
             .pool_into(first..last, &self.weights, &mut self.pooled)
-            .is_err()
-        {
-            return 0.0;
-        }
-        crate::embed::dot(&self.pooled, query)
+            .ok()?;
+        Some(&self.pooled)
     }
+}
+
+/// The pooled vector of each of the first `count` candidates (none without a query vector or
+/// stored sentence vectors): what the diversify stage compares chunks with.
+pub fn chunk_vectors(
+    candidates: &[Candidate],
+    count: usize,
+    hits: &[SectionHit],
+    query_vector: Option<&[f32]>,
+) -> Vec<Option<Vec<f32>>> {
+    let count = count.min(candidates.len());
+    let mut vectors = vec![None; count];
+    if query_vector.is_none() {
+        return vectors;
+    }
+    // Candidates are in score order: visit them section by section so each section's vectors
+    // are read once.
+    let mut by_section: Vec<usize> = (0..count).collect();
+    by_section.sort_by_key(|&i| candidates[i].hit_index);
+    let mut dense = DenseScorer::new(query_vector);
+    let mut current_section = u32::MAX;
+    for i in by_section {
+        let candidate = &candidates[i];
+        if candidate.hit_index != current_section {
+            current_section = candidate.hit_index;
+            dense.enter_section(&hits[current_section as usize]);
+        }
+        vectors[i] = dense
+            .pooled(candidate.start, candidate.end)
+            .map(<[f32]>::to_vec);
+    }
+    vectors
 }
 
 /// Analysed tokens inside each candidate: its length for BM25's length normalisation.

@@ -9,8 +9,11 @@ use super::{Collection, Engine};
 use crate::chunk::ChunkOptions;
 use crate::embed::Embedder;
 use crate::error::Result;
-use crate::index::{CollectionIndex, Snapshot};
-use crate::query::{analyze, assemble, coarse, embed, pack, rechunk, score, validate};
+use crate::index::{CollectionIndex, SectionHit, Snapshot};
+use crate::query::diversify::{self, MMR_POOL};
+use crate::query::{
+    analyze, assemble, coarse, embed, expand, pack, rechunk, score, validate, Candidate,
+};
 use crate::types::{RetrieveQuery, RetrieveResult};
 
 /// Fixed for the life of the engine: how signals are weighed, and the query embedder.
@@ -35,6 +38,13 @@ impl Engine {
             self.config.retrieval.default_chunk_tokens,
             &self.config.limits,
         )?;
+        let top_k = validate::resolve_top_k(
+            query.top_k,
+            query.token_budget,
+            collection.settings.section_tokens,
+            &self.config.limits,
+            self.config.retrieval.default_top_k,
+        );
         let dense_watch = DenseStateWatch::start(&collection.index);
         let snapshot = collection.index.snapshot();
         let key = ResultKey {
@@ -61,14 +71,12 @@ impl Engine {
             .pool
             .run(move || {
                 let query = &stages_key.query;
-                run_query_stages(
-                    &stages_collection,
-                    &snapshot,
+                let plan = QueryPlan {
                     query,
-                    &options,
-                    &settings,
-                    &caches,
-                )
+                    options: &options,
+                    top_k,
+                };
+                run_query_stages(&stages_collection, &snapshot, &plan, &settings, &caches)
             })
             .await?;
         result.generation = key.generation;
@@ -125,15 +133,27 @@ impl DenseStateWatch {
     }
 }
 
+/// The query with what the validate stage resolved for it.
+struct QueryPlan<'a> {
+    query: &'a RetrieveQuery,
+    options: &'a ChunkOptions,
+    /// The coarse depth: the request's `top_k`, else the budget's.
+    top_k: u32,
+}
+
 /// Runs the query stages in order (see [`crate::query`]), timing each under its own name.
 fn run_query_stages(
     collection: &Collection,
     snapshot: &Snapshot,
-    query: &RetrieveQuery,
-    options: &ChunkOptions,
+    plan: &QueryPlan,
     settings: &QuerySettings,
     caches: &Caches,
 ) -> Result<RetrieveResult> {
+    let QueryPlan {
+        query,
+        options,
+        top_k,
+    } = *plan;
     let mut timings = Vec::with_capacity(8);
     let mut clock = Instant::now();
     let mut lap = |stage: &'static str, timings: &mut Vec<(&'static str, u64)>| {
@@ -147,7 +167,7 @@ fn run_query_stages(
     lap("embed", &mut timings);
 
     let query_vector = embedded.vector.as_deref();
-    let (filter, top_k) = (&query.filter, query.top_k as usize);
+    let (filter, top_k) = (&query.filter, top_k as usize);
     let hits = coarse::retrieve(
         index,
         snapshot,
@@ -178,10 +198,26 @@ fn run_query_stages(
     );
     lap("score", &mut timings);
 
-    let mut spans = pack::pack(&candidates, &hits, &analyses, query.token_budget, tokenizer);
+    if diversify_if_asked(query, &mut candidates, &hits, query_vector) {
+        lap("diversify", &mut timings);
+    }
+
+    let budget = query.token_budget;
+    let selection = &query.selection;
+    let mut spans = pack::pack(&candidates, &hits, &analyses, budget, tokenizer, selection);
     lap("pack", &mut timings);
 
-    let chunks = assemble::assemble(&mut spans, &hits, query.order);
+    let (hits, analyses) = (&hits, &analyses);
+    let leftover = expand::ExpandInputs {
+        hits,
+        analyses,
+        budget,
+        tokenizer,
+    };
+    expand::expand(&mut spans, &leftover);
+    lap("expand", &mut timings);
+
+    let chunks = assemble::assemble(&mut spans, hits, query.order);
     lap("assemble", &mut timings);
 
     Ok(RetrieveResult {
@@ -195,4 +231,20 @@ fn run_query_stages(
         chunks_considered: candidates.len() as u32,
         chunks,
     })
+}
+
+/// Reorders the candidates by MMR when the query sets a diversity; true when it did.
+fn diversify_if_asked(
+    query: &RetrieveQuery,
+    candidates: &mut [Candidate],
+    hits: &[SectionHit],
+    query_vector: Option<&[f32]>,
+) -> bool {
+    let diversity = query.selection.diversity.0;
+    if diversity <= 0.0 {
+        return false;
+    }
+    let vectors = score::chunk_vectors(candidates, MMR_POOL, hits, query_vector);
+    diversify::diversify(candidates, &vectors, hits, diversity);
+    true
 }

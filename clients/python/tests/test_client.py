@@ -163,6 +163,28 @@ def test_position_order_groups_by_document_in_document_order(lathe: Lathe, docs:
     assert [c.char_span.start for c in terns] == sorted(c.char_span.start for c in terns)
 
 
+def test_selection_controls_cap_documents_floor_scores_and_are_checked(
+    lathe: Lathe, docs: str
+) -> None:
+    capped = lathe.retrieve(
+        docs, "arctic terns paragraph", budget=300, top_k=8, strategy="fixed", max_tokens=16,
+        max_chunks_per_document=1, diversity=0.5,
+    )
+    assert capped.chunks
+    doc_ids = [c.doc_id for c in capped.chunks]
+    assert len(doc_ids) == len(set(doc_ids))
+    floor = capped.chunks[0].score
+    floored = lathe.retrieve(
+        docs, "arctic terns paragraph", budget=300, top_k=8, strategy="fixed", max_tokens=16,
+        min_score=floor,
+    )
+    assert floored.chunks and all(c.score >= floor for c in floored.chunks)
+    with pytest.raises(LatheError) as raised:
+        lathe.retrieve(docs, "terns", budget=100, diversity=1.5)
+    assert raised.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert "diversity" in str(raised.value)
+
+
 def test_upsert_replaces_and_delete_removes(lathe: Lathe) -> None:
     name = unique_name("replace")
     lathe.create_collection(name)

@@ -260,12 +260,17 @@ class Lathe:
         metadata: Mapping[str, str] | None = None,
         doc_ids: Sequence[str] = (),
         order: ResultOrder | str = ResultOrder.SCORE,
+        min_score: float | None = None,
+        max_chunks_per_document: int | None = None,
+        diversity: float | None = None,
     ) -> RetrieveResult:
         """Retrieves the top_k sections for `query`, re-chunks them and returns the best chunks
         whose token counts (in the collection's budget tokenizer) sum to at most `budget`.
 
         `strategy`, `max_tokens` and `overlap_tokens` are shorthands for `chunking`; `metadata`
-        (every key = value must match) and `doc_ids` filter the documents."""
+        (every key = value must match) and `doc_ids` filter the documents. `min_score` drops
+        chunks scoring below it, `max_chunks_per_document` caps the chunks of one document, and
+        `diversity` (0..1, 0 = off) reorders chunks by maximal marginal relevance before packing."""
         if chunking is None:
             chunking = Chunking(
                 strategy=_strategy(strategy) if strategy is not None else ChunkStrategy.UNSPECIFIED,
@@ -283,6 +288,12 @@ class Lathe:
         )
         if top_k is not None:
             request.top_k = top_k
+        if min_score is not None:
+            request.min_score = min_score
+        if max_chunks_per_document is not None:
+            request.max_chunks_per_document = max_chunks_per_document
+        if diversity is not None:
+            request.diversity = diversity
         if metadata or doc_ids:
             request.filter.CopyFrom(
                 lathe_pb2.Filter(

@@ -255,7 +255,7 @@ class Filter(_message.Message):
     def __init__(self, metadata: _Optional[_Iterable[_Union[MetadataTerm, _Mapping]]] = ..., doc_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RetrieveRequest(_message.Message):
-    __slots__ = ("collection", "query", "top_k", "token_budget", "chunking", "filter", "order")
+    __slots__ = ("collection", "query", "top_k", "token_budget", "chunking", "filter", "order", "min_score", "max_chunks_per_document", "diversity")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -263,6 +263,9 @@ class RetrieveRequest(_message.Message):
     CHUNKING_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
+    MIN_SCORE_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHUNKS_PER_DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    DIVERSITY_FIELD_NUMBER: _ClassVar[int]
     collection: str
     query: str
     top_k: int
@@ -270,7 +273,10 @@ class RetrieveRequest(_message.Message):
     chunking: ChunkingOptions
     filter: Filter
     order: ResultOrder
-    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ..., token_budget: _Optional[int] = ..., chunking: _Optional[_Union[ChunkingOptions, _Mapping]] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., order: _Optional[_Union[ResultOrder, str]] = ...) -> None: ...
+    min_score: float
+    max_chunks_per_document: int
+    diversity: float
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ..., token_budget: _Optional[int] = ..., chunking: _Optional[_Union[ChunkingOptions, _Mapping]] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., order: _Optional[_Union[ResultOrder, str]] = ..., min_score: _Optional[float] = ..., max_chunks_per_document: _Optional[int] = ..., diversity: _Optional[float] = ...) -> None: ...
 
 class Span(_message.Message):
     __slots__ = ("start", "end")
