@@ -41,6 +41,7 @@ use lathe::api::proto::lathe_client::LatheClient;
 use lathe::client::{connect, upload_in_batches};
 use lathe::embed::{Embedder, StaticEmbedder};
 use lathe::eval::percentile;
+use lathe::eval::report::{draw_axes, draw_legend, draw_line_with_markers};
 use lathe::index::CollectionIndex;
 use lathe::types::Filter;
 
@@ -1046,34 +1047,12 @@ fn latency_svg(path: &Path, reports: &[SizeReport], clients: usize) -> anyhow::R
             (y_low * 0.7..y_high * 1.4).log_scale(),
         )
         .map_err(|e| plot_error(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("sections")
-        .y_desc("milliseconds")
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.1}"))
-        .draw()
-        .map_err(|e| plot_error(&e))?;
+    draw_axes(&mut chart, "sections", "milliseconds").map_err(|e| plot_error(&e))?;
     for (i, (label, points)) in series.into_iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(|e| plot_error(&e))?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))
-            .map_err(|e| plot_error(&e))?;
+        draw_line_with_markers(&mut chart, &label, points, color).map_err(|e| plot_error(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|e| plot_error(&e))?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(|e| plot_error(&e))?;
     root.present().map_err(|e| plot_error(&e))?;
     Ok(())
 }

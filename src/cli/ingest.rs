@@ -228,37 +228,15 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
     while next < documents.len() {
         let end = batch_end(&sizes, next, sizer.batch_bytes(), args.batch.max(1));
         let batch_bytes: usize = sizes[next..end].iter().sum();
-        let mut request = tonic::Request::new(proto::UpsertDocumentsRequest {
-            collection: args.collection.clone(),
-            documents: documents[next..end].to_vec(),
-            wait: true,
-        });
-        // The deadline as the header only, so that the server answers DEADLINE_EXCEEDED (tonic's
-        // client timer would answer CANCELLED itself, whatever happened on the server).
-        let header = format!("{}m", deadline.as_millis().max(1));
-        request.metadata_mut().insert(
-            "grpc-timeout",
-            header.parse().context("the deadline as a header")?,
-        );
         let started = Instant::now();
-        let answer = match client.upsert_documents(request).await {
-            // One document whose embedding alone outlasts the deadline: an upload stream has
-            // no server deadline (`server.request_timeout_ms` is for unary calls).
-            Err(status) if ran_past_deadline(&status) && end - next == 1 => {
-                eprintln!(
-                    "document {} ({:.2} MB) takes longer than the deadline alone; sending it as an upload stream, which has none",
-                    documents[next].id,
-                    batch_bytes as f64 / 1e6
-                );
-                let message = proto::UpsertDocumentsRequest {
-                    collection: args.collection.clone(),
-                    documents: documents[next..end].to_vec(),
-                    wait: true,
-                };
-                client.upload_documents(tokio_stream::iter([message])).await
-            }
-            other => other,
-        };
+        let answer = send_batch(
+            &mut client,
+            &args.collection,
+            &documents[next..end],
+            batch_bytes,
+            deadline,
+        )
+        .await?;
         match answer {
             Ok(response) => {
                 let response = response.into_inner();
@@ -292,19 +270,76 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
             }
         }
     }
+    print_ingest_summary(
+        &args.collection,
+        documents.len(),
+        sections,
+        generation,
+        &progress,
+    );
+    Ok(())
+}
+
+/// Sends one batch as a `wait` UpsertDocuments call under `deadline`; a single document whose
+/// call ran past the deadline is sent again as an upload stream. The outer error is a local
+/// failure (the deadline header); the inner result is the server's answer.
+async fn send_batch(
+    client: &mut crate::api::proto::lathe_client::LatheClient<tonic::transport::Channel>,
+    collection: &str,
+    batch: &[proto::Document],
+    batch_bytes: usize,
+    deadline: Duration,
+) -> anyhow::Result<Result<tonic::Response<proto::WriteResponse>, tonic::Status>> {
+    let message = || proto::UpsertDocumentsRequest {
+        collection: collection.to_string(),
+        documents: batch.to_vec(),
+        wait: true,
+    };
+    let mut request = tonic::Request::new(message());
+    // The deadline as the header only, so that the server answers DEADLINE_EXCEEDED (tonic's
+    // client timer would answer CANCELLED itself, whatever happened on the server).
+    let header = format!("{}m", deadline.as_millis().max(1));
+    request.metadata_mut().insert(
+        "grpc-timeout",
+        header.parse().context("the deadline as a header")?,
+    );
+    Ok(match client.upsert_documents(request).await {
+        // One document whose embedding alone outlasts the deadline: an upload stream has
+        // no server deadline (`server.request_timeout_ms` is for unary calls).
+        Err(status) if ran_past_deadline(&status) && batch.len() == 1 => {
+            eprintln!(
+                "document {} ({:.2} MB) takes longer than the deadline alone; sending it as an upload stream, which has none",
+                batch[0].id,
+                batch_bytes as f64 / 1e6
+            );
+            client
+                .upload_documents(tokio_stream::iter([message()]))
+                .await
+        }
+        other => other,
+    })
+}
+
+/// The closing line: what was stored, how fast, and the generation that makes it visible.
+fn print_ingest_summary(
+    collection: &str,
+    documents: usize,
+    sections: u64,
+    generation: u64,
+    progress: &Progress,
+) {
     let seconds = progress.started.elapsed().as_secs_f64();
     println!(
         "ingested {} documents ({} sections, {:.1} MB) into {} in {:.2} s: {:.1} docs/s, {:.2} MB/s; visible at generation {}",
-        documents.len(),
+        documents,
         sections,
         progress.total_bytes as f64 / 1e6,
-        args.collection,
+        collection,
         seconds,
-        documents.len() as f64 / seconds,
+        documents as f64 / seconds,
         progress.total_bytes as f64 / 1e6 / seconds,
         generation
     );
-    Ok(())
 }
 
 /// DEADLINE_EXCEEDED, or the CANCELLED "Timeout expired" that tonic's own timers answer when

@@ -232,74 +232,32 @@ impl DenseIndex {
     ) -> Result<(Self, Vec<u64>), DenseError> {
         validate(&config)?;
         std::fs::create_dir_all(dir).map_err(|error| DenseError::io(dir, error))?;
-        let mut damaged = 0u64;
-        let listed = match persist::read_manifest(dir) {
-            Ok(Some(manifest)) if manifest.dim == config.dim => manifest,
-            Ok(Some(manifest)) => {
-                tracing::warn!(dir = %dir.display(), stored = manifest.dim, wanted = config.dim, "dense segments hold vectors of another dimension; rebuilding them");
-                Manifest::default()
-            }
-            Ok(None) => Manifest::default(),
-            Err(error) => {
-                tracing::error!(dir = %dir.display(), %error, "the dense manifest is damaged; rebuilding the dense segments from the stored vectors");
-                damaged += 1;
-                Manifest::default()
-            }
-        };
+        let (listed, manifest_damaged) = read_listed_manifest(dir, config.dim);
         persist::remove_unlisted(dir, &listed);
-        let mut kept = Manifest {
-            version: persist::MANIFEST_VERSION,
-            dim: config.dim,
-            segments: Vec::new(),
-        };
-        let mut segments: Vec<Arc<Segment>> = Vec::new();
-        let mut next_segment_id = 0;
-        for entry in &listed.segments {
-            next_segment_id = next_segment_id.max(entry.id + 1);
-            match persist::load_segment(dir, entry, config.dim) {
-                Ok(segment) => {
-                    segments.push(Arc::new(segment));
-                    kept.segments.push(entry.clone());
-                }
-                Err(error) => {
-                    tracing::error!(segment = entry.id, %error, "a dense segment is damaged; dropping it and inserting its live vectors again from the stored sections");
-                    damaged += 1;
-                    persist::remove_segment_files(dir, entry);
-                }
-            }
+        let loaded = load_listed_segments(dir, &listed, config.dim);
+        if loaded.kept != listed {
+            persist::write_manifest(dir, &loaded.kept)?;
         }
-        if kept != listed {
-            persist::write_manifest(dir, &kept)?;
-        }
-        // Newest first: a key stored twice (written again after a seal) takes its newest vector.
-        let mut locations: HashMap<u64, Location> = HashMap::with_capacity(live_keys.len());
-        for segment in segments.iter().rev() {
-            for slot in (0..segment.reserved()).rev() {
-                let key = segment.key(slot);
-                if live_keys.contains(&key) && !locations.contains_key(&key) {
-                    segment.set_live(slot);
-                    locations.insert(key, (Arc::clone(segment), slot));
-                }
-            }
-        }
+        let locations = mark_live_keys(&loaded.segments, live_keys);
         let missing: Vec<u64> = live_keys
             .iter()
             .filter(|key| !locations.contains_key(key))
             .copied()
             .collect();
-        let loaded = segments.len() as u64;
+        let loaded_count = loaded.segments.len() as u64;
+        let damaged = manifest_damaged + loaded.damaged;
         let index = Self::assemble(
             config,
             Some(dir.to_path_buf()),
-            segments,
+            loaded.segments,
             locations,
-            kept,
-            next_segment_id,
+            loaded.kept,
+            loaded.next_segment_id,
         );
         index
             .counters
             .loaded_segments
-            .store(loaded, Ordering::Relaxed);
+            .store(loaded_count, Ordering::Relaxed);
         index
             .counters
             .damaged_segments
@@ -578,82 +536,14 @@ impl DenseIndex {
         if chosen.is_empty() {
             return Ok(());
         }
-        let mut sources: Vec<(u64, Location)> = Vec::new();
-        let mut vectors: Vec<Vec<f32>> = Vec::new();
-        for segment in &chosen {
-            for (slot, vector) in segment.live_vectors() {
-                sources.push((segment.key(slot), (Arc::clone(segment), slot)));
-                vectors.push(vector);
-            }
-        }
+        let (sources, vectors) = read_live_vectors(&chosen);
         after_read();
-        let id = self.writer_side().next_id();
-        let merged = Arc::new(Segment::empty(id, &self.config, sources.len()));
-        let keys: Vec<u64> = sources.iter().map(|(key, _)| *key).collect();
-        merged.reserve(&keys);
-        let batch: Vec<(&[f32], usize)> = vectors
-            .iter()
-            .enumerate()
-            .map(|(slot, vector)| (vector.as_slice(), slot))
-            .collect();
-        merged.graph.parallel_insert_slice(&batch);
-        drop(batch);
-        drop(vectors);
+        let merged = self.build_merged_segment(&sources, vectors);
         // Written before the swap, listed in the manifest at the swap.
-        let entry = match &self.dir {
-            Some(dir) if !keys.is_empty() => match persist::dump_segment(dir, &merged) {
-                Ok(entry) => Some(entry),
-                Err(error) => {
-                    tracing::error!(%error, "writing a merged dense segment failed; it stays in memory");
-                    self.counters
-                        .persist_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                    None
-                }
-            },
-            _ => None,
-        };
+        let entry = self.dump_merged_segment(&merged);
         let mut writer = self.writer_side();
-        for (slot, (key, (source, source_slot))) in sources.iter().enumerate() {
-            let unchanged = writer
-                .locations
-                .get(key)
-                .is_some_and(|(segment, at)| Arc::ptr_eq(segment, source) && at == source_slot);
-            if unchanged {
-                merged.set_live(slot);
-                // The source slot stays live until the list swap below drops its segment, so
-                // the key never goes missing from searches (they keep the best of two copies).
-                writer.locations.insert(*key, (Arc::clone(&merged), slot));
-            }
-        }
-        let mut removed_entries: Vec<SegmentEntry> = Vec::new();
-        if let Some(dir) = &self.dir {
-            let mut manifest = writer.manifest.clone();
-            removed_entries = manifest
-                .segments
-                .iter()
-                .filter(|e| ids.contains(&e.id))
-                .cloned()
-                .collect();
-            manifest.segments.retain(|e| !ids.contains(&e.id));
-            if let Some(entry) = &entry {
-                merged.mark_persisted();
-                manifest.segments.push(entry.clone());
-            }
-            // The chosen segments' keys now live in the merged segment: a manifest still listing
-            // them would be as good (open takes the live keys from the caller), so a failure
-            // here only leaves stale files, removed at the next open.
-            match persist::write_manifest(dir, &manifest) {
-                Ok(()) => writer.manifest = manifest,
-                Err(error) => {
-                    tracing::error!(%error, "updating the dense manifest after a merge failed");
-                    self.counters
-                        .persist_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                    removed_entries.clear();
-                }
-            }
-        }
+        move_unchanged_keys(&mut writer, &sources, &merged);
+        let removed_entries = self.list_merged_in_manifest(&mut writer, ids, &merged, entry);
         self.replace_segments(|segments| {
             let position = segments
                 .iter()
@@ -673,11 +563,90 @@ impl DenseIndex {
         self.counters.merges.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             segments = chosen.len(),
-            vectors = keys.len(),
+            vectors = sources.len(),
             seconds = started.elapsed().as_secs_f32(),
             "dense segments merged"
         );
         Ok(())
+    }
+
+    /// A new segment (not yet live in any slot) holding `vectors`, slot `i` keyed by the key of
+    /// `sources[i]`. Built without the writer lock but for taking its id.
+    fn build_merged_segment(
+        &self,
+        sources: &[(u64, Location)],
+        vectors: Vec<Vec<f32>>,
+    ) -> Arc<Segment> {
+        let id = self.writer_side().next_id();
+        let merged = Arc::new(Segment::empty(id, &self.config, sources.len()));
+        let keys: Vec<u64> = sources.iter().map(|(key, _)| *key).collect();
+        merged.reserve(&keys);
+        let batch: Vec<(&[f32], usize)> = vectors
+            .iter()
+            .enumerate()
+            .map(|(slot, vector)| (vector.as_slice(), slot))
+            .collect();
+        merged.graph.parallel_insert_slice(&batch);
+        merged
+    }
+
+    /// Dumps a non-empty merged segment into the index's folder; None in memory, when it is
+    /// empty or when writing fails (logged and counted: it stays in memory).
+    fn dump_merged_segment(&self, merged: &Segment) -> Option<SegmentEntry> {
+        let dir = self.dir.as_ref()?;
+        if merged.reserved() == 0 {
+            return None;
+        }
+        match persist::dump_segment(dir, merged) {
+            Ok(entry) => Some(entry),
+            Err(error) => {
+                tracing::error!(%error, "writing a merged dense segment failed; it stays in memory");
+                self.counters
+                    .persist_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Replaces the merged segments `ids` by `merged` in the manifest (under the writer lock);
+    /// returns the entries whose files may now be removed (none when the manifest write failed).
+    fn list_merged_in_manifest(
+        &self,
+        writer: &mut WriterSide,
+        ids: &[u64],
+        merged: &Segment,
+        entry: Option<SegmentEntry>,
+    ) -> Vec<SegmentEntry> {
+        let Some(dir) = &self.dir else {
+            return Vec::new();
+        };
+        let mut manifest = writer.manifest.clone();
+        let mut removed_entries: Vec<SegmentEntry> = manifest
+            .segments
+            .iter()
+            .filter(|e| ids.contains(&e.id))
+            .cloned()
+            .collect();
+        manifest.segments.retain(|e| !ids.contains(&e.id));
+        if let Some(entry) = entry {
+            merged.mark_persisted();
+            manifest.segments.push(entry);
+        }
+        // The chosen segments' keys now live in the merged segment: a manifest still listing
+        // them would be as good (open takes the live keys from the caller), so a failure
+        // here only leaves stale files, removed at the next open.
+        match persist::write_manifest(dir, &manifest) {
+            Ok(()) => writer.manifest = manifest,
+            Err(error) => {
+                tracing::error!(%error, "updating the dense manifest after a merge failed");
+                self.counters
+                    .persist_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                removed_entries.clear();
+            }
+        }
+        removed_entries
     }
 
     /// Copies of the live vectors with their ids, in no particular order.
@@ -843,6 +812,111 @@ fn validate(config: &DenseIndexConfig) -> Result<(), DenseError> {
         });
     }
     Ok(())
+}
+
+/// The manifest in `dir` when it holds vectors of `dim` columns, else an empty one; with 1 when
+/// it was damaged (logged), to count.
+fn read_listed_manifest(dir: &Path, dim: usize) -> (Manifest, u64) {
+    match persist::read_manifest(dir) {
+        Ok(Some(manifest)) if manifest.dim == dim => (manifest, 0),
+        Ok(Some(manifest)) => {
+            tracing::warn!(dir = %dir.display(), stored = manifest.dim, wanted = dim, "dense segments hold vectors of another dimension; rebuilding them");
+            (Manifest::default(), 0)
+        }
+        Ok(None) => (Manifest::default(), 0),
+        Err(error) => {
+            tracing::error!(dir = %dir.display(), %error, "the dense manifest is damaged; rebuilding the dense segments from the stored vectors");
+            (Manifest::default(), 1)
+        }
+    }
+}
+
+/// The segments a manifest lists that loaded, the manifest of just those, the next free
+/// segment id and how many were damaged.
+struct LoadedSegments {
+    segments: Vec<Arc<Segment>>,
+    kept: Manifest,
+    next_segment_id: u64,
+    damaged: u64,
+}
+
+/// Loads every segment `listed` names; a damaged one is logged, its files removed and left out.
+fn load_listed_segments(dir: &Path, listed: &Manifest, dim: usize) -> LoadedSegments {
+    let mut loaded = LoadedSegments {
+        segments: Vec::new(),
+        kept: Manifest {
+            version: persist::MANIFEST_VERSION,
+            dim,
+            segments: Vec::new(),
+        },
+        next_segment_id: 0,
+        damaged: 0,
+    };
+    for entry in &listed.segments {
+        loaded.next_segment_id = loaded.next_segment_id.max(entry.id + 1);
+        match persist::load_segment(dir, entry, dim) {
+            Ok(segment) => {
+                loaded.segments.push(Arc::new(segment));
+                loaded.kept.segments.push(entry.clone());
+            }
+            Err(error) => {
+                tracing::error!(segment = entry.id, %error, "a dense segment is damaged; dropping it and inserting its live vectors again from the stored sections");
+                loaded.damaged += 1;
+                persist::remove_segment_files(dir, entry);
+            }
+        }
+    }
+    loaded
+}
+
+/// Marks live the slot of each key in `live_keys` and returns where each lives.
+fn mark_live_keys(segments: &[Arc<Segment>], live_keys: &HashSet<u64>) -> HashMap<u64, Location> {
+    // Newest first: a key stored twice (written again after a seal) takes its newest vector.
+    let mut locations: HashMap<u64, Location> = HashMap::with_capacity(live_keys.len());
+    for segment in segments.iter().rev() {
+        for slot in (0..segment.reserved()).rev() {
+            let key = segment.key(slot);
+            if live_keys.contains(&key) && !locations.contains_key(&key) {
+                segment.set_live(slot);
+                locations.insert(key, (Arc::clone(segment), slot));
+            }
+        }
+    }
+    locations
+}
+
+/// The live vectors of the `chosen` segments, each with its key and where it was read.
+fn read_live_vectors(chosen: &[Arc<Segment>]) -> (Vec<(u64, Location)>, Vec<Vec<f32>>) {
+    let mut sources: Vec<(u64, Location)> = Vec::new();
+    let mut vectors: Vec<Vec<f32>> = Vec::new();
+    for segment in chosen {
+        for (slot, vector) in segment.live_vectors() {
+            sources.push((segment.key(slot), (Arc::clone(segment), slot)));
+            vectors.push(vector);
+        }
+    }
+    (sources, vectors)
+}
+
+/// Moves to `merged` each key that still lives where the merge read it; a key deleted or
+/// written again meanwhile stays dead in `merged`.
+fn move_unchanged_keys(
+    writer: &mut WriterSide,
+    sources: &[(u64, Location)],
+    merged: &Arc<Segment>,
+) {
+    for (slot, (key, (source, source_slot))) in sources.iter().enumerate() {
+        let unchanged = writer
+            .locations
+            .get(key)
+            .is_some_and(|(segment, at)| Arc::ptr_eq(segment, source) && at == source_slot);
+        if unchanged {
+            merged.set_live(slot);
+            // The source slot stays live until the list swap drops its segment, so the key
+            // never goes missing from searches (they keep the best of two copies).
+            writer.locations.insert(*key, (Arc::clone(merged), slot));
+        }
+    }
 }
 
 #[cfg(test)]

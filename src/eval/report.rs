@@ -132,13 +132,7 @@ pub fn recall_svg(
         .y_label_area_size(55)
         .build_cartesian_2d((smallest * 0.85..largest * 1.15).log_scale(), 0f64..1f64)
         .map_err(|e| plot_error(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("token budget (MiniLM tokens)")
-        .y_desc("answer recall")
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.1}"))
-        .draw()
+    draw_axes(&mut chart, "token budget (MiniLM tokens)", "answer recall")
         .map_err(|e| plot_error(&e))?;
     for (i, system) in systems.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
@@ -146,26 +140,67 @@ pub fn recall_svg(
             .iter()
             .filter_map(|&b| find(cells, system, b).map(|c| (b as f64, c.summary.answer_recall)))
             .collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(|e| plot_error(&e))?
-            .label(system.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))
+        draw_line_with_markers(&mut chart, system.as_str(), points, color)
             .map_err(|e| plot_error(&e))?;
     }
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight).map_err(|e| plot_error(&e))?;
+    root.present().map_err(|e| plot_error(&e))?;
+    Ok(())
+}
+
+/// The grid and both axes, named `x_desc` and `y_desc`; x labels whole, y labels to one place.
+pub fn draw_axes<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    x_desc: &str,
+    y_desc: &str,
+) -> Result<(), DrawingAreaErrorKind<std::io::Error>>
+where
+    X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.1}"))
+        .draw()
+}
+
+/// One labelled line with a dot at each point, in `color` (its legend entry a short line).
+pub fn draw_line_with_markers<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    label: &str,
+    points: Vec<(f64, f64)>,
+    color: RGBAColor,
+) -> Result<(), DrawingAreaErrorKind<std::io::Error>>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    chart
+        .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+    Ok(())
+}
+
+/// The legend of every labelled series, boxed, at `position`.
+pub fn draw_legend<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    position: SeriesLabelPosition,
+) -> Result<(), DrawingAreaErrorKind<std::io::Error>>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
+        .position(position)
         .draw()
-        .map_err(|e| plot_error(&e))?;
-    root.present().map_err(|e| plot_error(&e))?;
-    Ok(())
 }
 
 #[cfg(test)]

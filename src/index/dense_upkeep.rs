@@ -29,9 +29,8 @@ use super::integrity::Integrity;
 use super::reader::{stored_document_id, Snapshot};
 use super::records::DocumentRecord;
 use super::schema::SectionFields;
-use super::section_document::decode_verified_section;
+use super::section_document::{decode_verified_section, first_vector_row};
 use crate::dense::{DenseIndex, DenseIndexConfig};
-use crate::embed::QuantizedVectors;
 use crate::error::{LatheError, Result};
 
 /// A collection's dense index, shared by its readers and its writer. It needs no outer lock: see
@@ -68,7 +67,7 @@ impl DenseUpkeep {
             .sections
             .iter()
             .filter_map(|section| {
-                decode_one_vector(&section.section_vector).map(|v| (section.section_key, v))
+                first_vector_row(&section.section_vector).map(|v| (section.section_key, v))
             })
             .collect();
         self.pending.insert(document.doc_id.clone(), Some(vectors));
@@ -234,7 +233,7 @@ fn stored_vectors(
                     decode_verified_section(&bytes, expected_key, fields).map(|section| {
                         (
                             section.section_key,
-                            decode_one_vector(section.section_vector),
+                            first_vector_row(section.section_vector),
                         )
                     })
                 });
@@ -252,16 +251,6 @@ fn stored_vectors(
     Ok(vectors)
 }
 
-/// The first row of one `QuantizedVectors` blob.
-fn decode_one_vector(bytes: &[u8]) -> Option<Vec<f32>> {
-    let vectors = QuantizedVectors::from_bytes(bytes).ok()?;
-    if vectors.is_empty() {
-        return None;
-    }
-    let mut out = vec![0.0; vectors.dim()];
-    vectors.row_into(0, &mut out).ok()?;
-    Some(out)
-}
 #[cfg(test)]
 mod tests {
     use super::super::testing::{document, open_dense, vector_bytes, write_and_wait};
@@ -284,6 +273,22 @@ mod tests {
         let snapshot = index.snapshot();
         let hits = index.search_dense(&snapshot, &query, &Filter::default(), 8);
         hits.unwrap().iter().map(|hit| hit.section_key).collect()
+    }
+
+    /// Asserts that `vectors` vectors are live, one for each visible section, and that the
+    /// nearest to `query` is the section `key`.
+    fn assert_every_section_has_its_vector(
+        index: &CollectionIndex,
+        vectors: u64,
+        query: [f32; 4],
+        key: u64,
+    ) {
+        let every_section = DenseStats {
+            vectors,
+            sections_with_vector: vectors,
+        };
+        assert_eq!(dense_stats(index), every_section);
+        assert_eq!(nearest(index, query)[0], key);
     }
 
     #[test]
@@ -374,14 +379,11 @@ mod tests {
         let crashed = open_dense(&copy.path().join("index"), 4).unwrap();
         let counters = crashed.dense_counters().unwrap();
         assert_eq!((counters.inserted, counters.loaded_segments), (1, 1));
-        let all = DenseStats {
-            vectors: 4,
-            sections_with_vector: 4,
-        };
-        assert_eq!(dense_stats(&crashed), all);
-        assert_eq!(
-            nearest(&crashed, [0.0, 0.0, 0.0, 1.0])[0],
-            section_key("d", 0, 1)
+        assert_every_section_has_its_vector(
+            &crashed,
+            4,
+            [0.0, 0.0, 0.0, 1.0],
+            section_key("d", 0, 1),
         );
     }
 
@@ -399,14 +401,11 @@ mod tests {
         let counters = index.dense_counters().unwrap();
         assert_eq!(counters.damaged_segments, 1);
         assert_eq!((counters.loaded_segments, counters.inserted), (0, 3));
-        let all = DenseStats {
-            vectors: 3,
-            sections_with_vector: 3,
-        };
-        assert_eq!(dense_stats(&index), all);
-        assert_eq!(
-            nearest(&index, [0.0, 1.0, 0.0, 0.0])[0],
-            section_key("b", 0, 1)
+        assert_every_section_has_its_vector(
+            &index,
+            3,
+            [0.0, 1.0, 0.0, 0.0],
+            section_key("b", 0, 1),
         );
         drop(index);
         // The repaired segment was sealed again at the clean close: the next open loads it.

@@ -5,8 +5,7 @@
 use tantivy::DocAddress;
 
 use super::collection::CollectionIndex;
-use super::section_document::decode_verified_section;
-use crate::embed::QuantizedVectors;
+use super::section_document::{decode_verified_section, first_vector_row};
 use crate::error::{LatheError, Result};
 
 impl CollectionIndex {
@@ -27,24 +26,13 @@ impl CollectionIndex {
                     decode_verified_section(&bytes, expected_key, &self.fields).map_err(|why| {
                         LatheError::internal(format!("section at {address:?}: {why}"))
                     })?;
-                if let Some(vector) = first_row(section.section_vector) {
+                if let Some(vector) = first_vector_row(section.section_vector) {
                     vectors.push((section.section_key, vector));
                 }
             }
         }
         Ok(vectors)
     }
-}
-
-/// The first row of a stored `QuantizedVectors` blob; `None` for an empty or unreadable one.
-fn first_row(bytes: &[u8]) -> Option<Vec<f32>> {
-    let vectors = QuantizedVectors::from_bytes(bytes).ok()?;
-    if vectors.is_empty() {
-        return None;
-    }
-    let mut row = vec![0.0; vectors.dim()];
-    vectors.row_into(0, &mut row).ok()?;
-    Some(row)
 }
 
 #[cfg(test)]

@@ -342,20 +342,8 @@ impl CollectionIndex {
 
     /// Every live section of `doc_id` as (ordinal, version), for consistency checks.
     pub fn document_sections(&self, doc_id: &str) -> Result<Vec<(u64, u64)>> {
-        let snapshot = self.snapshot();
-        let query = TermQuery::new(
-            Term::from_field_text(self.fields.doc_id, doc_id),
-            IndexRecordOption::Basic,
-        );
-        let hits = snapshot
-            .searcher
-            .search(&query, &TopDocs::with_limit(1_000_000).order_by_score())?;
-        let mut sections = Vec::with_capacity(hits.len());
-        for (_, address) in hits {
-            let stored = self.stored_bytes(&snapshot, address)?;
-            let section = self.read_section(&snapshot, address, &stored)?;
-            sections.push((section.ordinal, section.version));
-        }
+        let mut sections =
+            self.map_document_sections(doc_id, |section| (section.ordinal, section.version))?;
         sections.sort_unstable();
         Ok(sections)
     }
@@ -364,6 +352,21 @@ impl CollectionIndex {
     /// against its checksum), in no particular order: what an upsert of a new version of the
     /// document may reuse.
     pub fn document_embeddings(&self, doc_id: &str) -> Result<Vec<StoredEmbedding>> {
+        self.map_document_sections(doc_id, |section| StoredEmbedding {
+            text: section.text.to_string(),
+            sentences: super::section_document::decode_ranges(section.sentence_ranges),
+            sentence_vectors: section.sentence_vectors.to_vec(),
+            section_vector: section.section_vector.to_vec(),
+        })
+    }
+
+    /// `each` of every live section of `doc_id`, read and verified in one snapshot, in no
+    /// particular order; DATA_LOSS naming the document if one is damaged.
+    fn map_document_sections<T>(
+        &self,
+        doc_id: &str,
+        each: impl Fn(StoredSection<'_>) -> T,
+    ) -> Result<Vec<T>> {
         let snapshot = self.snapshot();
         let query = TermQuery::new(
             Term::from_field_text(self.fields.doc_id, doc_id),
@@ -376,12 +379,7 @@ impl CollectionIndex {
         for (_, address) in hits {
             let stored = self.stored_bytes(&snapshot, address)?;
             let section = self.read_section(&snapshot, address, &stored)?;
-            sections.push(StoredEmbedding {
-                text: section.text.to_string(),
-                sentences: super::section_document::decode_ranges(section.sentence_ranges),
-                sentence_vectors: section.sentence_vectors.to_vec(),
-                section_vector: section.section_vector.to_vec(),
-            });
+            sections.push(each(section));
         }
         Ok(sections)
     }

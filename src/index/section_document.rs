@@ -12,6 +12,7 @@ use tantivy::TantivyDocument;
 
 use super::records::{DocumentRecord, SectionHit};
 use super::schema::{metadata_term, SectionFields, HEADING_SEPARATOR};
+use crate::embed::QuantizedVectors;
 use crate::error::{LatheError, Result};
 
 /// The tantivy documents of `document`'s sections, in order: every stored field with its
@@ -77,6 +78,18 @@ pub fn decode_ranges(bytes: &[u8]) -> Vec<Range<u32>> {
             start..end
         })
         .collect()
+}
+
+/// The first row of a stored `QuantizedVectors` blob (a section's vector); `None` for an empty
+/// or unreadable one.
+pub fn first_vector_row(bytes: &[u8]) -> Option<Vec<f32>> {
+    let vectors = QuantizedVectors::from_bytes(bytes).ok()?;
+    if vectors.is_empty() {
+        return None;
+    }
+    let mut row = vec![0.0; vectors.dim()];
+    vectors.row_into(0, &mut row).ok()?;
+    Some(row)
 }
 
 /// Version byte in front of the stored checksum: a later change of what the checksum covers gets

@@ -121,7 +121,19 @@ pub fn embed(
     reusable: &ReusableVectors,
 ) -> Result<EmbedCounts> {
     // Each section's key; the first section of each key not stored is the one sent to the model.
-    let keys: Vec<u64> = documents
+    let keys = section_keys(identity, documents);
+    let (to_embed, inputs) = sections_to_embed(documents, &keys, reusable);
+    let matrices = run_model(embedder, identity.mode, &inputs)?;
+    drop(inputs);
+    let embedded = pool_embedded_sections(documents, &keys, &to_embed, &matrices);
+    Ok(assign_section_vectors(
+        documents, &keys, reusable, &to_embed, &embedded,
+    ))
+}
+
+/// The [`embed_key`] of every section of `documents`, in order.
+fn section_keys(identity: EmbedIdentity<'_>, documents: &[SentencedDocument]) -> Vec<u64> {
+    documents
         .iter()
         .flat_map(|document| {
             (0..document.sections.len()).map(|i| {
@@ -132,13 +144,25 @@ pub fn embed(
                 )
             })
         })
-        .collect();
+        .collect()
+}
+
+/// One input of the model: a section's text and its sentences' byte ranges.
+type ModelInput<'a> = (&'a str, Vec<Range<usize>>);
+
+/// The model's inputs: the first section of each key that is not stored; with the input index
+/// of each such key.
+fn sections_to_embed<'a>(
+    documents: &'a [SentencedDocument],
+    keys: &[u64],
+    reusable: &ReusableVectors,
+) -> (HashMap<u64, usize>, Vec<ModelInput<'a>>) {
     let mut to_embed: HashMap<u64, usize> = HashMap::new();
-    let mut inputs: Vec<(&str, Vec<Range<usize>>)> = Vec::new();
+    let mut inputs: Vec<ModelInput<'a>> = Vec::new();
     let texts = documents.iter().flat_map(|document| {
         (0..document.sections.len()).map(|i| (document.section_text(i), &document.sections[i]))
     });
-    for ((text, section), key) in texts.zip(&keys) {
+    for ((text, section), key) in texts.zip(keys) {
         if reusable.by_key.contains_key(key) || to_embed.contains_key(key) {
             continue;
         }
@@ -150,41 +174,64 @@ pub fn embed(
             .collect();
         inputs.push((text, ranges));
     }
+    (to_embed, inputs)
+}
+
+/// The sentence vectors of each input, in one batched model call (none when nothing is new).
+fn run_model(
+    embedder: &dyn Embedder,
+    mode: FineMode,
+    inputs: &[ModelInput<'_>],
+) -> Result<Vec<VectorMatrix>> {
     let model_inputs: Vec<(&str, &[Range<usize>])> = inputs
         .iter()
         .map(|(text, ranges)| (*text, ranges.as_slice()))
         .collect();
-    let matrices = if model_inputs.is_empty() {
-        Vec::new()
-    } else {
-        embedder
-            .sentence_vectors_of_sections(&model_inputs, identity.mode)
-            .map_err(|e| LatheError::Unavailable(format!("embedding failed: {e}")))?
-    };
-    drop(model_inputs);
-    drop(inputs);
-    let mut embedded: Vec<Option<SectionVectors>> = Vec::with_capacity(matrices.len());
-    // The sentence lengths of each embedded input, in input order, to weight the pooling.
-    let sentences_of_inputs: Vec<&[Range<u32>]> = {
-        let mut by_input = vec![&[][..]; to_embed.len()];
-        let sections = documents.iter().flat_map(|document| &document.sections);
-        for (section, key) in sections.zip(&keys) {
-            if let Some(&input) = to_embed.get(key) {
-                by_input[input] = &section.sentences;
-            }
-        }
-        by_input
-    };
-    for (matrix, sentences) in matrices.iter().zip(&sentences_of_inputs) {
-        embedded.push(section_vectors(matrix, sentences));
+    if model_inputs.is_empty() {
+        return Ok(Vec::new());
     }
-    drop(sentences_of_inputs);
+    embedder
+        .sentence_vectors_of_sections(&model_inputs, mode)
+        .map_err(|e| LatheError::Unavailable(format!("embedding failed: {e}")))
+}
+
+/// Each embedded input's stored vectors, in input order: its matrix pooled with the sentence
+/// lengths of the section it came from as weights.
+fn pool_embedded_sections(
+    documents: &[SentencedDocument],
+    keys: &[u64],
+    to_embed: &HashMap<u64, usize>,
+    matrices: &[VectorMatrix],
+) -> Vec<Option<SectionVectors>> {
+    // The sentence lengths of each embedded input, in input order, to weight the pooling.
+    let mut sentences_of_inputs: Vec<&[Range<u32>]> = vec![&[][..]; to_embed.len()];
+    let sections = documents.iter().flat_map(|document| &document.sections);
+    for (section, key) in sections.zip(keys) {
+        if let Some(&input) = to_embed.get(key) {
+            sentences_of_inputs[input] = &section.sentences;
+        }
+    }
+    matrices
+        .iter()
+        .zip(&sentences_of_inputs)
+        .map(|(matrix, sentences)| section_vectors(matrix, sentences))
+        .collect()
+}
+
+/// Gives every section its vectors, stored or embedded, and counts which were which.
+fn assign_section_vectors(
+    documents: &mut [SentencedDocument],
+    keys: &[u64],
+    reusable: &ReusableVectors,
+    to_embed: &HashMap<u64, usize>,
+    embedded: &[Option<SectionVectors>],
+) -> EmbedCounts {
     let mut counts = EmbedCounts::default();
     let mut sent = vec![false; embedded.len()];
     let sections = documents
         .iter_mut()
         .flat_map(|document| document.sections.iter_mut());
-    for (section, key) in sections.zip(&keys) {
+    for (section, key) in sections.zip(keys) {
         let vectors = match (reusable.by_key.get(key), to_embed.get(key)) {
             (Some(stored), _) => {
                 counts.reused += 1;
@@ -206,7 +253,7 @@ pub fn embed(
             section.section_vector = vectors.section_vector.clone();
         }
     }
-    Ok(counts)
+    counts
 }
 
 /// A section's stored vectors from the model's sentence vectors: int8 rows, and their mean

@@ -94,19 +94,8 @@ mod tests {
 
     fn hit(doc_id: &str) -> SectionHit {
         SectionHit {
-            score: 1.0,
             doc_id: doc_id.into(),
-            ordinal: 0,
-            version: 0,
-            doc_title: String::new(),
-            heading_path: Vec::new(),
-            text: "x".repeat(100),
-            byte_start: 0,
-            char_start: 0,
-            metadata: Default::default(),
-            section_key: 0,
-            sentences: Vec::new(),
-            sentence_vectors: Vec::new(),
+            ..crate::query::test_section_hit(1.0, &"x".repeat(100))
         }
     }
 

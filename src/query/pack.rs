@@ -411,6 +411,12 @@ mod properties {
         .prop_map(|parts| parts.concat())
     }
 
+    /// A deterministic pseudo-random score for chunk `chunk` of section `section`.
+    fn pseudo_random_score(seed: u64, section: usize, chunk: usize) -> f32 {
+        ((seed ^ (section as u64 * 7919 + chunk as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40)
+            as f32
+    }
+
     fn cl100k() -> &'static BudgetTokenizer {
         static TOKENIZER: OnceLock<BudgetTokenizer> = OnceLock::new();
         TOKENIZER.get_or_init(|| {
@@ -451,8 +457,7 @@ mod properties {
                         chunk_bytes <= (span.token_count as usize).max(1) * MAX_BYTES_PER_TOKEN,
                         "a chunk of {} bytes counts {} tokens", chunk_bytes, span.token_count
                     );
-                    let score = ((seed ^ (section as u64 * 7919 + i as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as f32;
-                    candidates.push(Candidate { score, ..Candidate::unscored(section as u32, span) });
+                    candidates.push(Candidate { score: pseudo_random_score(seed, section, i), ..Candidate::unscored(section as u32, span) });
                 }
             }
             candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
@@ -519,9 +524,7 @@ mod properties {
             for (section, (hit, analysis)) in hits.iter().zip(&analyses).enumerate() {
                 chunk_section(&hit.text, &analysis.tokens, &options, None, &mut spans);
                 for (i, span) in spans.iter().enumerate() {
-                    // Deterministic pseudo-random scores.
-                    let score = ((seed ^ (section as u64 * 7919 + i as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as f32;
-                    candidates.push(Candidate { score, ..Candidate::unscored(section as u32, span) });
+                    candidates.push(Candidate { score: pseudo_random_score(seed, section, i), ..Candidate::unscored(section as u32, span) });
                 }
             }
             candidates.sort_by(|a, b| b.score.total_cmp(&a.score));

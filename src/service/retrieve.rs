@@ -13,8 +13,10 @@ use crate::index::{CollectionIndex, SectionHit, Snapshot};
 use crate::query::diversify::{self, MMR_POOL};
 use crate::query::{
     analyze, assemble, coarse, embed, expand, pack, rechunk, score, validate, Candidate,
+    PackedSpan, SectionAnalysis,
 };
-use crate::types::{RetrieveQuery, RetrieveResult};
+use crate::tokenizer::BudgetTokenizer;
+use crate::types::{RetrieveQuery, RetrieveResult, RetrievedChunk};
 
 /// Fixed for the life of the engine: how signals are weighed, and the query embedder.
 struct QuerySettings {
@@ -154,17 +156,12 @@ fn run_query_stages(
         options,
         top_k,
     } = *plan;
-    let mut timings = Vec::with_capacity(8);
-    let mut clock = Instant::now();
-    let mut lap = |stage: &'static str, timings: &mut Vec<(&'static str, u64)>| {
-        timings.push((stage, clock.elapsed().as_micros() as u64));
-        clock = Instant::now();
-    };
+    let mut timer = StageTimer::start();
     let index = &collection.index;
     let tokenizer = &collection.extra.tokenizer;
 
     let embedded = embed::embed(&query.query, settings.embedder.as_deref(), index, snapshot)?;
-    lap("embed", &mut timings);
+    timer.lap("embed");
 
     let query_vector = embedded.vector.as_deref();
     let (filter, top_k) = (&query.filter, top_k as usize);
@@ -177,15 +174,15 @@ fn run_query_stages(
         top_k,
         settings.fusion,
     )?;
-    lap("coarse", &mut timings);
+    timer.lap("coarse");
 
     let texts = hits.iter().map(|hit| hit.text.as_str());
     let (analyses, section_cache_misses) = analyze::analyze(texts, tokenizer, &caches.sections);
-    lap("analyze", &mut timings);
+    timer.lap("analyze");
 
     let semantic_threshold = validate::semantic_threshold(&query.chunking);
     let mut candidates = rechunk::rechunk(&hits, &analyses, options, semantic_threshold);
-    lap("rechunk", &mut timings);
+    timer.lap("rechunk");
 
     let scoring_terms = &embedded.scoring_terms;
     score::score(
@@ -196,18 +193,42 @@ fn run_query_stages(
         query_vector,
         settings.weights,
     );
-    lap("score", &mut timings);
+    timer.lap("score");
 
     if diversify_if_asked(query, &mut candidates, &hits, query_vector) {
-        lap("diversify", &mut timings);
+        timer.lap("diversify");
     }
 
+    let (spans, chunks) = fit_budget(query, &candidates, &hits, &analyses, tokenizer, &mut timer);
+
+    Ok(RetrieveResult {
+        tokens_used: spans.iter().map(|s| s.token_count).sum(),
+        token_budget: query.token_budget,
+        generation: snapshot.generation,
+        cache_hit: false,
+        timings: timer.timings,
+        sections_considered: hits.len() as u32,
+        section_cache_misses,
+        chunks_considered: candidates.len() as u32,
+        chunks,
+    })
+}
+
+/// The last stages: pack the best chunks into the token budget, grow them into what is left,
+/// and put them in the asked order. Returns the packed spans and the chunks made of them.
+fn fit_budget(
+    query: &RetrieveQuery,
+    candidates: &[Candidate],
+    hits: &[SectionHit],
+    analyses: &[Arc<SectionAnalysis>],
+    tokenizer: &BudgetTokenizer,
+    timer: &mut StageTimer,
+) -> (Vec<PackedSpan>, Vec<RetrievedChunk>) {
     let budget = query.token_budget;
     let selection = &query.selection;
-    let mut spans = pack::pack(&candidates, &hits, &analyses, budget, tokenizer, selection);
-    lap("pack", &mut timings);
+    let mut spans = pack::pack(candidates, hits, analyses, budget, tokenizer, selection);
+    timer.lap("pack");
 
-    let (hits, analyses) = (&hits, &analyses);
     let leftover = expand::ExpandInputs {
         hits,
         analyses,
@@ -215,22 +236,33 @@ fn run_query_stages(
         tokenizer,
     };
     expand::expand(&mut spans, &leftover);
-    lap("expand", &mut timings);
+    timer.lap("expand");
 
     let chunks = assemble::assemble(&mut spans, hits, query.order);
-    lap("assemble", &mut timings);
+    timer.lap("assemble");
+    (spans, chunks)
+}
 
-    Ok(RetrieveResult {
-        tokens_used: spans.iter().map(|s| s.token_count).sum(),
-        token_budget: query.token_budget,
-        generation: snapshot.generation,
-        cache_hit: false,
-        timings,
-        sections_considered: hits.len() as u32,
-        section_cache_misses,
-        chunks_considered: candidates.len() as u32,
-        chunks,
-    })
+/// Each stage's time in microseconds, under its name, in the order they ran.
+struct StageTimer {
+    timings: Vec<(&'static str, u64)>,
+    clock: Instant,
+}
+
+impl StageTimer {
+    fn start() -> Self {
+        Self {
+            timings: Vec::with_capacity(8),
+            clock: Instant::now(),
+        }
+    }
+
+    /// Records the time since the previous lap (or the start) as `stage`'s.
+    fn lap(&mut self, stage: &'static str) {
+        self.timings
+            .push((stage, self.clock.elapsed().as_micros() as u64));
+        self.clock = Instant::now();
+    }
 }
 
 /// Reorders the candidates by MMR when the query sets a diversity; true when it did.
