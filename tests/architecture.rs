@@ -40,6 +40,12 @@ const RULE: &[(&str, &[&str])] = &[
         ],
     ),
     ("sections", &[ERROR, "types", "tokens", "tokenizer"]),
+    // The write log on NATS JetStream: another edge (it encodes entries with prost), below the
+    // service, which runs it.
+    (
+        "replication",
+        &[ERROR, "types", "index", "embed", "config", "content_hash"],
+    ),
     // The two pipelines: stages over the leaves and the index (read-only for queries).
     (
         "ingest",
@@ -90,6 +96,7 @@ const RULE: &[(&str, &[&str])] = &[
             "sections",
             "ingest",
             "query",
+            "replication",
         ],
     ),
     // The gRPC edge: converts proto ⇄ domain types and calls the service.

@@ -60,6 +60,10 @@ pub static SEARCH_WAIT_SECONDS: LazyLock<prometheus::Histogram> = LazyLock::new(
     .expect("static metric")
 });
 
+/// Segments of at most this many slots are searched exhaustively (see [`DenseIndex::search`]):
+/// about as cheap as the graph walk at this size, and exact.
+pub const EXHAUSTIVE_SEARCH_SLOTS: usize = 1024;
+
 /// Settings of a [`DenseIndex`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct DenseIndexConfig {
@@ -423,7 +427,8 @@ impl DenseIndex {
     }
 
     /// The `k` live vectors most similar to `query` (cosine) among ids that `filter` accepts,
-    /// best first: `k` from each segment, merged. Fewer come back when the filter rejects much.
+    /// best first: `k` from each segment (exactly, for segments of at most
+    /// [`EXHAUSTIVE_SEARCH_SLOTS`] slots), merged. Fewer come back when the filter rejects much.
     pub fn search(
         &self,
         query: &[f32],
@@ -451,6 +456,14 @@ impl DenseIndex {
                 continue;
             }
             let accept = |slot: &usize| segment.is_live(*slot) && filter(segment.key(*slot));
+            // A small segment is searched exhaustively: a search whose candidate list can hold
+            // every point visits all of them, so its neighbours are exact and the same whatever
+            // order its graph was built in (on every replica).
+            let ef = if segment.reserved() <= EXHAUSTIVE_SEARCH_SLOTS {
+                ef.max(segment.reserved())
+            } else {
+                ef
+            };
             let neighbours = segment.graph.search_filter(&unit, k, ef, Some(&accept));
             hits.extend(
                 neighbours

@@ -4,6 +4,7 @@
 //! position), never by tantivy's document decoder; one that fails is recorded in the collection's
 //! `Integrity` and answers DATA_LOSS naming its document, while the others are served.
 
+use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
@@ -13,7 +14,7 @@ use tantivy::directory::OwnedBytes;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
 use tantivy::schema::IndexRecordOption;
 use tantivy::store::StoreReader;
-use tantivy::{DocAddress, Searcher, Term};
+use tantivy::{DocAddress, Score, Searcher, Term};
 
 use super::collection::CollectionIndex;
 use super::records::{SectionHit, StoredEmbedding};
@@ -135,9 +136,9 @@ impl CollectionIndex {
         let query = BooleanQuery::new(clauses);
         let top = snapshot
             .searcher
-            .search(&query, &TopDocs::with_limit(limit).order_by_score())?;
+            .search(&query, &top_by_score_then_key(limit))?;
         top.into_iter()
-            .map(|(score, address)| self.load_hit(snapshot, score, address))
+            .map(|((score, _), address)| self.load_hit(snapshot, score, address))
             .collect()
     }
 
@@ -406,6 +407,21 @@ pub(super) fn stored_document_id(searcher: &Searcher, address: DocAddress) -> Op
 
 fn constant_zero(query: impl Query) -> Box<dyn Query> {
     Box::new(ConstScoreQuery::new(Box::new(query), 0.0))
+}
+
+/// The best `limit` documents by score, equal scores by the lower section key: the same
+/// sections come back whatever the segments look like (on every replica, after any merge), where
+/// tantivy's own order breaks ties by segment and position.
+fn top_by_score_then_key(
+    limit: usize,
+) -> impl tantivy::collector::Collector<Fruit = Vec<((Score, Reverse<u64>), DocAddress)>> {
+    TopDocs::with_limit(limit).tweak_score(|segment: &tantivy::SegmentReader| {
+        let keys = segment.fast_fields().u64("section_key").ok();
+        move |doc: tantivy::DocId, score: Score| {
+            let key = keys.as_ref().and_then(|keys| keys.first(doc)).unwrap_or(0);
+            (score, Reverse(key))
+        }
+    })
 }
 
 #[cfg(test)]
