@@ -138,6 +138,7 @@ const KNOWN_VIOLATIONS: &[(&str, &str, &str)] = &[];
 const BINARY_RULE: &[(&str, &[&str])] = &[
     ("src/main.rs", &["cli", "config"]),
     ("src/bin/lathe-load.rs", &["api", "client", "eval", "types"]),
+    ("src/bin/lathe-replicas.rs", &["api", "client", "eval"]),
     (
         "src/bin/lathe-bench.rs",
         &["api", "client", "embed", "eval", "index", "types"],

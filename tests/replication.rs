@@ -82,6 +82,29 @@ impl Replica {
         let _ = self.server.child.kill();
         let _ = self.server.child.wait();
     }
+
+    /// The first log position the replica's apply loop asked the log for.
+    fn followed_from(&self) -> u64 {
+        let line = self
+            .server
+            .startup_log
+            .iter()
+            .find(|line| line.contains("reading the write log from its position"))
+            .cloned()
+            .unwrap_or_else(|| {
+                binary::wait_for_line(
+                    &self.server.log,
+                    "reading the write log from its position",
+                    Duration::from_secs(30),
+                )
+            });
+        let from = line
+            .split("\"from\":")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|digits| digits.parse().ok());
+        from.unwrap_or_else(|| panic!("no position in {line}"))
+    }
 }
 
 impl Drop for Replica {
@@ -302,7 +325,7 @@ async fn writes_go_to_any_replica_and_every_replica_answers_them_alike() {
         let reply = replica.client.retrieve(request).await.unwrap().into_inner();
         assert!(!reply.chunks.is_empty());
         for chunk in &reply.chunks {
-            let bytes = chunk.bytes.clone().unwrap();
+            let bytes = chunk.bytes.unwrap();
             assert_eq!(
                 chunk.text,
                 big_text[bytes.start as usize..bytes.end as usize]
@@ -352,7 +375,7 @@ async fn a_replica_killed_mid_ingest_and_a_new_one_converge_to_the_same_answers(
     let mut victim = Replica::start_ready(&dir.path().join("victim"), &nats).await;
     create(&mut writer.client, "bulk").await;
 
-    let mut token = 0;
+    let (mut token, mut token_at_kill) = (0, 0);
     for start in (0..DOCUMENTS).step_by(BATCH) {
         token = write(
             &mut writer.client,
@@ -363,9 +386,16 @@ async fn a_replica_killed_mid_ingest_and_a_new_one_converge_to_the_same_answers(
         if start == 6 * BATCH {
             // Killed while it applies what the writer sends: some batches committed, some not.
             victim.kill();
+            token_at_kill = token;
         }
         if start == 12 * BATCH {
             victim = Replica::start(&dir.path().join("victim"), &nats).await;
+            // It resumes after what it had committed, neither from the start nor past the kill.
+            let from = victim.followed_from();
+            assert!(
+                from > 1 && from <= token_at_kill + 1,
+                "resumed from {from}; the log was at {token_at_kill} when it was killed"
+            );
         }
     }
     let fresh = Replica::start(&dir.path().join("fresh"), &nats).await;

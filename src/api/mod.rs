@@ -220,12 +220,12 @@ fn tls_config(tls: &crate::config::TlsConfig) -> Result<ServerTlsConfig> {
     Ok(config)
 }
 
-/// Follows a replica's progress into its health: SERVING while [`Progress::ready`], re-checked
-/// when the progress moves and every second (lag grows with time alone).
+/// Follows a replica's progress into its health: SERVING while [`ReplicaProgress::ready`],
+/// re-checked when the progress moves and every second (lag grows with time alone).
 ///
-/// [`Progress::ready`]: crate::replication::Progress::ready
+/// [`ReplicaProgress::ready`]: crate::service::ReplicaProgress::ready
 fn spawn_replica_readiness(
-    mut progress: tokio::sync::watch::Receiver<crate::replication::Progress>,
+    mut progress: tokio::sync::watch::Receiver<crate::service::ReplicaProgress>,
     max_lag: Duration,
     health_reporter: tonic_health::server::HealthReporter,
     draining: Arc<std::sync::atomic::AtomicBool>,

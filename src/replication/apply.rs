@@ -78,6 +78,9 @@ impl Replication {
     }
 
     async fn run(self: Arc<Self>, applier: Arc<dyn Applier>, mut stop: watch::Receiver<bool>) {
+        // The client connects in the background: give it a moment before the first read, so a
+        // start does not begin with a failure (a flush returns once the connection is up).
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.client.flush()).await;
         let mut pause = RETRY_FIRST;
         loop {
             match self.follow(&applier, &mut stop).await {
@@ -117,7 +120,14 @@ impl Replication {
             })
             .await
             .map_err(|e| ReadFailure::Transient(super::log_unavailable(self.url(), e)))?;
-        if consumer.cached_info().num_pending == 0 {
+        let pending = consumer.cached_info().num_pending;
+        tracing::info!(
+            url = self.url(),
+            from = recorded.applied + 1,
+            pending,
+            "reading the write log from its position"
+        );
+        if pending == 0 {
             self.state.update(|p| {
                 p.applied = p.applied.max(recorded.applied);
                 p.pending = 0;

@@ -317,7 +317,7 @@ fn section_from_proto(
 
 /// Start, end pairs as ranges, each inside `text` and on char boundaries.
 fn sentence_ranges(text: &str, bounds: &[u32]) -> Result<Vec<Range<u32>>, String> {
-    if bounds.len() % 2 != 0 {
+    if !bounds.len().is_multiple_of(2) {
         return Err("an odd number of sentence bounds".into());
     }
     bounds
@@ -460,7 +460,8 @@ mod tests {
 
     #[test]
     fn malformed_entries_are_refused_with_what_is_wrong() {
-        let cases: [(&str, fn(&mut DocumentRecord)); 5] = [
+        type Damage = fn(&mut DocumentRecord);
+        let cases: [(&str, Damage); 5] = [
             ("does not derive", |r| r.sections[0].section_key ^= 1),
             ("not a char range", |r| r.sections[0].sentences[0] = 0..2),
             ("not a char range", |r| r.sections[0].sentences[1] = 14..99),

@@ -33,7 +33,9 @@ use crate::index::{
     Catalog, DataDirLock, DenseIndexConfig, Fault, OpenCollection, StoredSettings, WriterSettings,
     DENSE_SEARCH_WAIT_SECONDS,
 };
-use crate::replication::{ApplyTask, Progress, Replication, VectorStamp};
+/// A replica's progress through the write log (what its readiness follows).
+pub use crate::replication::Progress as ReplicaProgress;
+use crate::replication::{ApplyTask, Replication, VectorStamp};
 use crate::telemetry::Metrics;
 use crate::tokenizer::BudgetTokenizer;
 use crate::types::ChunkingSpec;
@@ -142,7 +144,9 @@ impl Engine {
 
     /// With replication: this replica's progress, to follow (readiness), and the lag past which
     /// it is not ready.
-    pub fn replica_progress(&self) -> Option<(tokio::sync::watch::Receiver<Progress>, Duration)> {
+    pub fn replica_progress(
+        &self,
+    ) -> Option<(tokio::sync::watch::Receiver<ReplicaProgress>, Duration)> {
         let replication = self.replication.get()?;
         Some((replication.state().subscribe(), replication.max_lag()))
     }
