@@ -27,7 +27,8 @@ Catches config rot that a schema cannot see:
     Service (which publishes not-ready pods), server_name from the pod name, container ports
     nats/cluster/monitor as configured, /healthz probes on the monitor port, JetStream's store on a
     volumeClaimTemplate with max_file_store below its request, max_payload at most 64 MB, a grace
-    period covering lame-duck mode, and a PodDisruptionBudget that keeps a majority up.
+    period covering lame-duck mode, and a PodDisruptionBudget that keeps a majority up; a
+    NetworkPolicy on NATS pods lets in the Lathe pods that use them and the routes between them.
 Prints a notice for each planned key (metrics, TLS, API keys) that the server now has, so the
 commented-out lines in the manifests get switched on. Exit status 1 on any failure.
 """
@@ -72,6 +73,8 @@ class NatsCluster:
     replicas: int
     client_port: int
     max_payload: int
+    cluster_port: int | None = None
+    labels: dict = field(default_factory=dict)  # of its pods
     client_services: list[str] = field(default_factory=list)
 
 
@@ -357,6 +360,7 @@ def check_nats_statefulset(where: str, statefulset: dict, nats_confs: dict,
         fail(where, f"max_payload {conf.get('max_payload')} is over NATS's limit of 64 MB")
     return NatsCluster(name=name, service=service, replicas=replicas,
                        client_port=conf.get("port", 4222), max_payload=max_payload,
+                       cluster_port=(conf.get("cluster") or {}).get("port"), labels=pod_labels(statefulset),
                        client_services=client_services)
 
 
@@ -430,6 +434,38 @@ def check_nats_shutdown(where: str, pod: dict, container: dict, conf: dict) -> N
     if grace <= lame_duck + grace_period:
         fail(where, f"terminationGracePeriodSeconds {grace} does not cover lame-duck mode "
                     f"({grace_period:g} s + {lame_duck:g} s)")
+
+
+def admits(policy: dict, labels: dict, ports: set) -> bool:
+    """Whether a NetworkPolicy's ingress rules let pods with these labels (same namespace) reach
+    one of these ports (names or numbers)."""
+    for rule in policy["spec"].get("ingress") or []:
+        peers = rule.get("from")
+        peer_ok = not peers or any(
+            "podSelector" in peer and "namespaceSelector" not in peer and "ipBlock" not in peer
+            and all(labels.get(k) == v for k, v in (peer["podSelector"].get("matchLabels") or {}).items())
+            for peer in peers)
+        rule_ports = rule.get("ports")
+        if peer_ok and (not rule_ports or any(p.get("port") in ports for p in rule_ports)):
+            return True
+    return False
+
+
+def check_network_policies(where: str, policies: list[dict], users: list[tuple[dict, NatsCluster]]) -> None:
+    """NetworkPolicies on NATS pods must let the Lathe pods that use them, and the servers' routes, in."""
+    for lathe, cluster in users:
+        for policy in policies:
+            selector = (policy["spec"].get("podSelector") or {}).get("matchLabels") or {}
+            types = policy["spec"].get("policyTypes") or ["Ingress"]
+            if "Ingress" not in types or not all(cluster.labels.get(k) == v for k, v in selector.items()):
+                continue
+            name = policy["metadata"]["name"]
+            if not admits(policy, pod_labels(lathe), {"nats", cluster.client_port}):
+                fail(where, f"networkpolicy/{name} keeps the pods of statefulset/{lathe['metadata']['name']} "
+                            f"from the client port of statefulset/{cluster.name}")
+            if cluster.replicas > 1 and not admits(policy, cluster.labels, {"cluster", cluster.cluster_port}):
+                fail(where, f"networkpolicy/{name} blocks the cluster routes between the servers of "
+                            f"statefulset/{cluster.name}")
 
 
 def check_services(where: str, services: list[dict], statefulsets: list[dict]) -> None:
@@ -513,14 +549,16 @@ def check_render(path: Path, defaults: dict) -> None:
     if not lathe_sets:
         fail(path.name, "no Lathe StatefulSet")
     clusters = [c for c in (check_nats_statefulset(path.name, s, nats_confs, services) for s in nats_sets) if c]
-    used = {c.name for c in (check_statefulset(path.name, s, configmaps, defaults, clusters)
-                             for s in lathe_sets) if c}
+    users = [(s, c) for s in lathe_sets
+             if (c := check_statefulset(path.name, s, configmaps, defaults, clusters)) is not None]
+    used = {c.name for _, c in users}
     for cluster in clusters:
         if cluster.name not in used:
             fail(path.name, f"statefulset/{cluster.name} (NATS) is rendered, but no Lathe StatefulSet's "
                             "replication.nats_url names it")
     check_services(path.name, services, statefulsets)
     check_disruption_budgets(path.name, budgets, statefulsets, {s["metadata"]["name"] for s in nats_sets})
+    check_network_policies(path.name, [d for d in documents if d["kind"] == "NetworkPolicy"], users)
 
 
 def main(arguments: list[str]) -> int:

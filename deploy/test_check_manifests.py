@@ -139,6 +139,17 @@ class ReplicationChecks(unittest.TestCase):
         self.assert_caught(lambda d: find(d, "PodDisruptionBudget", "nats")["spec"].__setitem__("maxUnavailable", 2),
                            "maxUnavailable to at most 1")
 
+    def test_network_policy_that_shuts_lathe_out(self) -> None:
+        # What the labels transformer of deploy/k8s/nats did to the policy's Lathe selector.
+        def relabel(documents: list[dict]) -> None:
+            rules = find(documents, "NetworkPolicy", "nats")["spec"]["ingress"]
+            rules[1]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] = "nats"
+        self.assert_caught(relabel, "keeps the pods of statefulset/lathe from the client port")
+
+        def routes(documents: list[dict]) -> None:
+            find(documents, "NetworkPolicy", "nats")["spec"]["ingress"][0]["ports"] = [{"port": "nats"}]
+        self.assert_caught(routes, "blocks the cluster routes")
+
 
 def main(arguments: list[str]) -> int:
     global DEFAULTS, RENDERED
