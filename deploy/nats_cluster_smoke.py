@@ -246,7 +246,8 @@ def main(paths: list[str]) -> int:
                                     confs[configmap], statefulset, stream_replicas_of(documents))
     for problem in problems:
         print(f"FAIL {problem}", file=sys.stderr)
-    print(f"nats: {clusters} rendered clusters run with {version}" + (f", {len(problems)} problems" if problems else ""))
+    summary = f"nats: {clusters} rendered clusters run with {version}"
+    print(summary + (f", {len(problems)} problems" if problems else ""))
     return 1 if problems else 0
 
 

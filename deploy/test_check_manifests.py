@@ -99,8 +99,8 @@ class ReplicationChecks(unittest.TestCase):
 
     def test_nats_url_naming_what_the_render_lacks(self) -> None:
         url = "LATHE_REPLICATION__NATS_URL"
-        self.assert_caught(lambda d: set_env(d, url, "nats://nats-0.nats-headless:4222,nats://nats-3.nats-headless:4222"),
-                           "names pod nats-3")
+        beyond = "nats://nats-0.nats-headless:4222,nats://nats-3.nats-headless:4222"
+        self.assert_caught(lambda d: set_env(d, url, beyond), "names pod nats-3")
         self.assert_caught(lambda d: set_env(d, url, "nats://nats-0.nats-headless:4223"), "uses port 4223")
         self.assert_caught(lambda d: set_env(d, url, "nats://elsewhere:4222"), "none of the render's NATS servers")
         self.assert_caught(lambda d: set_env(d, url, "http://nats:8222"), "is not nats://HOST[:PORT]")
@@ -133,7 +133,8 @@ class ReplicationChecks(unittest.TestCase):
         self.assert_caught(edit_nats_conf("jetstream {", "jetstream {\n  bad { "), "not a nats.conf")
 
     def test_nats_shutdown_and_disruptions(self) -> None:
-        grace = lambda d: nats_statefulset(d)["spec"]["template"]["spec"].__setitem__("terminationGracePeriodSeconds", 30)
+        def grace(documents: list[dict]) -> None:
+            nats_statefulset(documents)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 30
         self.assert_caught(grace, "does not cover lame-duck mode")
         self.assert_caught(lambda d: d.remove(find(d, "PodDisruptionBudget", "nats")), "has no PodDisruptionBudget")
         self.assert_caught(lambda d: find(d, "PodDisruptionBudget", "nats")["spec"].__setitem__("maxUnavailable", 2),
