@@ -597,3 +597,80 @@ async fn an_entry_that_cannot_be_decoded_stops_applying_and_is_never_skipped() {
     assert!(line.contains(&format!("entry {poison}")), "{line}");
     assert_eq!(restarted.health().await, ServingStatus::NotServing);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_dir_applied_from_another_log_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    let data_dir = dir.path().join("replica");
+    let mut replica = Replica::start_ready(&data_dir, &nats).await;
+    create(&mut replica.client, "c").await;
+    let token = write(&mut replica.client, "c", documents(0..2, 40)).await;
+    assert_eq!(
+        present(&mut replica.client, "c", &["doc0".into()], token)
+            .await
+            .len(),
+        1
+    );
+    replica.kill();
+    // The stream deleted (and made anew by the next replica): its positions mean something else.
+    let client = async_nats::connect(nats.url())
+        .await
+        .expect("connect to nats");
+    async_nats::jetstream::new(client)
+        .delete_stream("LATHE")
+        .await
+        .expect("delete the stream");
+    let mut restarted = Replica::start(&data_dir, &nats).await;
+    let line = restarted
+        .server
+        .startup_log
+        .iter()
+        .find(|line| line.contains("another log"))
+        .cloned()
+        .unwrap_or_else(|| {
+            binary::wait_for_line(
+                &restarted.server.log,
+                "another log",
+                Duration::from_secs(30),
+            )
+        });
+    assert!(
+        line.contains("ERROR")
+            && line.contains("replica.json")
+            && line.contains("Empty the data dir"),
+        "{line}"
+    );
+    assert_eq!(restarted.health().await, ServingStatus::NotServing);
+    // What it holds is still served.
+    assert_eq!(
+        present(&mut restarted.client, "c", &["doc0".into()], 0)
+            .await
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_single_node_refuses_a_consistency_token_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = common::TestServer::start_with(common::lexical_config(dir.path())).await;
+    common::create_collection(&mut server.client, "c").await;
+    let reply = common::upsert(&mut server.client, "c", documents(0..1, 20)).await;
+    assert_eq!(reply.consistency_token, 0, "no log, no token");
+    let status = server
+        .client
+        .retrieve(read_at("c", "spindle", 7))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    assert!(
+        status.message().contains("consistency_token 7")
+            && status.message().contains("replication.nats_url"),
+        "{}",
+        status.message()
+    );
+    let answer = common::retrieve(&mut server.client, read_at("c", "document", 0)).await;
+    assert_eq!(answer.log_position, 0);
+    server.stop().await;
+}
