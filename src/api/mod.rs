@@ -77,17 +77,7 @@ pub async fn serve(
     let builder = server_builder(&config)?;
     // Set when the drain starts: from then on health stays NOT_SERVING.
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    match engine.replica_progress() {
-        // Indexes and models are loaded: ready.
-        None => health_reporter.set_serving::<LatheService>().await,
-        // A replica is ready once it has caught up with the log, and not while it lags.
-        Some((progress, max_lag)) => spawn_replica_readiness(
-            progress,
-            max_lag,
-            health_reporter.clone(),
-            Arc::clone(&draining),
-        ),
-    }
+    report_ready(&engine, &health_reporter, &draining).await;
     let address = listener
         .local_addr()
         .map_err(|e| LatheError::io("reading the listen address", e))?;
@@ -218,6 +208,24 @@ fn tls_config(tls: &crate::config::TlsConfig) -> Result<ServerTlsConfig> {
         )?));
     }
     Ok(config)
+}
+
+/// Indexes and models are loaded: a single node is ready; a replica once it has caught up with
+/// the log, and not while it lags.
+async fn report_ready(
+    engine: &Engine,
+    health_reporter: &tonic_health::server::HealthReporter,
+    draining: &Arc<std::sync::atomic::AtomicBool>,
+) {
+    match engine.replica_progress() {
+        None => health_reporter.set_serving::<LatheService>().await,
+        Some((progress, max_lag)) => spawn_replica_readiness(
+            progress,
+            max_lag,
+            health_reporter.clone(),
+            Arc::clone(draining),
+        ),
+    }
 }
 
 /// Follows a replica's progress into its health: SERVING while [`ReplicaProgress::ready`],

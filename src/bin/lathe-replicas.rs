@@ -69,6 +69,9 @@ struct Args {
     writes: usize,
     #[arg(long, default_value_t = 1024)]
     budget: u32,
+    /// Measure the build and the bootstraps only (no reads, writes or lag).
+    #[arg(long)]
+    bootstrap_only: bool,
     /// Where the report (results.md) is written.
     #[arg(long, default_value = "bench-out/replicas")]
     out: PathBuf,
@@ -105,24 +108,40 @@ async fn main() -> anyhow::Result<()> {
         report.bootstraps.push(started.elapsed());
         replicas.push(replica);
     }
-    for n in 1..=replicas.len() {
-        let addresses: Vec<String> = replicas[..n].iter().map(|r| r.address.clone()).collect();
-        let run = read_load(
-            &addresses,
-            &dataset,
-            args.clients,
-            args.seconds,
-            args.budget,
-        )
-        .await?;
-        report.reads.push((n, run));
+    if !args.bootstrap_only {
+        measure_load(&args, &dataset, &spawner, work.path(), &mut replicas, &mut report).await?;
     }
-    write_latencies(&args, &spawner, work.path(), &mut replicas[0], &mut report).await?;
-    report.lag = write_load(&args, &replicas).await?;
     let text = report.render(&args);
     println!("{text}");
     std::fs::create_dir_all(&args.out)?;
     std::fs::write(args.out.join("results.md"), text)?;
+    Ok(())
+}
+
+/// Reads over 1..=N replicas, write latencies, and the lag under sustained writes.
+async fn measure_load(
+    args: &Args,
+    dataset: &Dataset,
+    spawner: &Spawner,
+    work: &Path,
+    replicas: &mut [Replica],
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    // Shared by the runs, so that no run asks a (question, budget) pair an earlier one asked.
+    let asked = Arc::new(AtomicU64::new(0));
+    for n in 1..=replicas.len() {
+        let addresses: Vec<String> = replicas[..n].iter().map(|r| r.address.clone()).collect();
+        let load = ReadLoad {
+            dataset,
+            clients: args.clients,
+            seconds: args.seconds,
+            budget: args.budget,
+            asked: Arc::clone(&asked),
+        };
+        report.reads.push((n, read_load(&addresses, load).await?));
+    }
+    write_latencies(args, spawner, work, &mut replicas[0], report).await?;
+    report.lag = write_load(args, replicas).await?;
     Ok(())
 }
 
@@ -402,19 +421,23 @@ struct LoadRun {
     latencies_us: Vec<u64>,
 }
 
-/// `clients` clients over `addresses` (round-robin) asking cache-miss questions for `seconds`.
-async fn read_load(
-    addresses: &[String],
-    dataset: &Dataset,
+/// One read run: `clients` clients asking the dataset's questions for `seconds`; `asked` counts
+/// the requests of every run so far.
+struct ReadLoad<'a> {
+    dataset: &'a Dataset,
     clients: usize,
     seconds: u64,
     budget: u32,
-) -> anyhow::Result<LoadRun> {
+    asked: Arc<AtomicU64>,
+}
+
+/// The clients of `load` over `addresses` (round-robin), every request a result-cache miss.
+async fn read_load(addresses: &[String], load: ReadLoad<'_>) -> anyhow::Result<LoadRun> {
     let questions: Arc<Vec<String>> =
-        Arc::new(dataset.queries.iter().map(|q| q.question.clone()).collect());
+        Arc::new(load.dataset.queries.iter().map(|q| q.question.clone()).collect());
     anyhow::ensure!(!questions.is_empty(), "the dataset has no queries");
-    let next = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let (next, budget, clients) = (load.asked, load.budget, load.clients);
+    let deadline = Instant::now() + Duration::from_secs(load.seconds);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..clients {
@@ -628,6 +651,14 @@ impl Report {
                 mb(self.stream.1) / seconds
             );
         }
+        if !self.reads.is_empty() {
+            out += &self.render_load(args);
+        }
+        out
+    }
+
+    fn render_load(&self, args: &Args) -> String {
+        let mut out = String::new();
         out += &format!(
             "\nReads, {} clients, cache misses, budget {}:\n\n| replicas | QPS | p50 ms | p99 ms | errors |\n|---:|---:|---:|---:|---:|\n",
             args.clients, args.budget
