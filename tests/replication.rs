@@ -674,3 +674,58 @@ async fn a_single_node_refuses_a_consistency_token_by_name() {
     assert_eq!(answer.log_position, 0);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_falls_behind_is_not_ready_until_it_has_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    let mut writer = Replica::start_ready(&dir.path().join("writer"), &nats).await;
+    // One entry a batch (a commit each) and a lag limit of one second: a follower paused while
+    // 200 writes land is seconds behind when it resumes, and stays behind for as many commits.
+    let mut variables = replica_variables(&nats.url());
+    variables.push(("LATHE_REPLICATION__MAX_LAG_SECONDS", "1".into()));
+    variables.push(("LATHE_REPLICATION__APPLY_BATCH", "1".into()));
+    let follower = binary::start(&dir.path().join("follower"), &variables);
+    let follower = Replica {
+        client: binary::connect(&follower.address).await,
+        server: follower,
+    };
+    follower.until_ready(Duration::from_secs(60)).await;
+    create(&mut writer.client, "c").await;
+    // What it logged while starting up (its first readiness lines) is not what is looked for.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while follower.server.log.try_recv().is_ok() {}
+    let pid = follower.server.child.id().to_string();
+    let signal = |which: &str| {
+        let status = std::process::Command::new("kill")
+            .args([which, &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    };
+    signal("-STOP");
+    let mut token = 0;
+    for start in [0, 100] {
+        token = write(&mut writer.client, "c", documents(start..start + 100, 30)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    signal("-CONT");
+    let line = binary::wait_for_line(
+        &follower.server.log,
+        "replica readiness",
+        Duration::from_secs(30),
+    );
+    assert!(line.contains("\"ready\":false"), "{line}");
+    let line = binary::wait_for_line(
+        &follower.server.log,
+        "replica readiness",
+        Duration::from_secs(60),
+    );
+    assert!(line.contains("\"ready\":true"), "{line}");
+    assert_eq!(follower.health().await, ServingStatus::Serving);
+    let mut client = follower.client.clone();
+    let ids: Vec<String> = (0..200).map(|doc| format!("doc{doc}")).collect();
+    for chunk in ids.chunks(100) {
+        assert_eq!(present(&mut client, "c", chunk, token).await.len(), 100);
+    }
+}

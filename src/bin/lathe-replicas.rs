@@ -109,7 +109,15 @@ async fn main() -> anyhow::Result<()> {
         replicas.push(replica);
     }
     if !args.bootstrap_only {
-        measure_load(&args, &dataset, &spawner, work.path(), &mut replicas, &mut report).await?;
+        measure_load(
+            &args,
+            &dataset,
+            &spawner,
+            work.path(),
+            &mut replicas,
+            &mut report,
+        )
+        .await?;
     }
     let text = report.render(&args);
     println!("{text}");
@@ -433,8 +441,13 @@ struct ReadLoad<'a> {
 
 /// The clients of `load` over `addresses` (round-robin), every request a result-cache miss.
 async fn read_load(addresses: &[String], load: ReadLoad<'_>) -> anyhow::Result<LoadRun> {
-    let questions: Arc<Vec<String>> =
-        Arc::new(load.dataset.queries.iter().map(|q| q.question.clone()).collect());
+    let questions: Arc<Vec<String>> = Arc::new(
+        load.dataset
+            .queries
+            .iter()
+            .map(|q| q.question.clone())
+            .collect(),
+    );
     anyhow::ensure!(!questions.is_empty(), "the dataset has no queries");
     let (next, budget, clients) = (load.asked, load.budget, load.clients);
     let deadline = Instant::now() + Duration::from_secs(load.seconds);
