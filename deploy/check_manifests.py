@@ -15,28 +15,67 @@ Catches config rot that a schema cannot see:
     be the container port `health`; storage.data_dir is the data volume's mount,
     terminationGracePeriodSeconds covers the preStop sleep plus server.drain_timeout_ms, the
     liveness probe asks for "" and readiness for lathe.v1.Lathe;
-  * the mounted ConfigMap exists in the render, and every Service selects the pods and targets
-    a named container port.
+  * the mounted ConfigMap exists in the render, and every Service and PodDisruptionBudget selects
+    the pods of a StatefulSet of the render, every Service targeting a named container port;
+  * replicated mode ([replication], deploy/README.md): a Lathe StatefulSet with more than one
+    replica has replication.nats_url set (else each pod holds only the writes it took); when the
+    URL names NATS servers of the render, they exist, on the client port, stream_replicas (1..=5)
+    is at most the NATS replicas and max_message_bytes at most max_payload; the startup probe
+    leaves a bootstrap room; a rendered NATS cluster is used by some Lathe StatefulSet;
+  * every NATS StatefulSet (container `nats`) agrees with its nats.conf (nats_conf.py reads it):
+    an odd number of servers started in Parallel, one cluster route per pod through the headless
+    Service (which publishes not-ready pods), server_name from the pod name, container ports
+    nats/cluster/monitor as configured, /healthz probes on the monitor port, JetStream's store on a
+    volumeClaimTemplate with max_file_store below its request, max_payload at most 64 MB, a grace
+    period covering lame-duck mode, and a PodDisruptionBudget that keeps a majority up; a
+    NetworkPolicy on NATS pods lets in the Lathe pods that use them and the routes between them.
 Prints a notice for each planned key (metrics, TLS, API keys) that the server now has, so the
 commented-out lines in the manifests get switched on. Exit status 1 on any failure.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
+
+import nats_conf
 
 # Keys the manifests prepare for but cannot set until the server has them.
 PLANNED_KEYS = ["auth.api_keys_file"]
 HEALTH_SERVICE = "lathe.v1.Lathe"
 DATA_MOUNT = "/var/lib/lathe"
 CONFIG_MOUNT = "/etc/lathe/lathe.toml"
+NATS_URL_VARIABLE = "LATHE_REPLICATION__NATS_URL"
+# Room the startup probe must leave a replicated pod to bootstrap from the stream (NOT_SERVING
+# until it has caught up): the time to apply a corpus of 100k sections is minutes, not seconds.
+MIN_BOOTSTRAP_SECONDS = 1800
+NATS_MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024
+NATS_DEFAULT_MAX_PAYLOAD = 1024 * 1024
+# NATS defaults when nats.conf does not set them.
+NATS_DEFAULT_LAME_DUCK_SECONDS = 120.0
+NATS_DEFAULT_LAME_DUCK_GRACE_SECONDS = 10.0
 
 failures: list[str] = []
+
+
+@dataclass
+class NatsCluster:
+    """A NATS StatefulSet of the render, as Lathe's replication settings see it."""
+    name: str
+    service: str  # the headless Service: pods are <name>-<i>.<service>
+    replicas: int
+    client_port: int
+    max_payload: int
+    cluster_port: int | None = None
+    labels: dict = field(default_factory=dict)  # of its pods
+    client_services: list[str] = field(default_factory=list)
 
 
 def fail(where: str, message: str) -> None:
@@ -95,14 +134,14 @@ def container_env(container: dict) -> dict[str, str]:
 
 
 def check_statefulset(where: str, statefulset: dict, configmaps: dict[str, dict], defaults: dict,
-                      services: list[dict]) -> None:
+                      clusters: list[NatsCluster]) -> NatsCluster | None:
+    """Checks a Lathe StatefulSet; returns the rendered NATS cluster it replicates through."""
     pod = statefulset["spec"]["template"]
-    pod_labels = pod["metadata"].get("labels") or {}
     spec = pod["spec"]
     containers = [c for c in spec["containers"] if c["name"] == "lathe"]
     if not containers:
         fail(where, "no container named lathe")
-        return
+        return None
     container = containers[0]
     name = statefulset["metadata"]["name"]
     where = f"{where} statefulset/{name}"
@@ -125,13 +164,13 @@ def check_statefulset(where: str, statefulset: dict, configmaps: dict[str, dict]
     config_mount = mounts.get(CONFIG_MOUNT)
     if config_mount is None:
         fail(where, f"nothing mounted at {CONFIG_MOUNT}")
-        return
+        return None
     if container.get("args", [])[:3] != ["serve", "--config", CONFIG_MOUNT]:
         fail(where, f"args must start with serve --config {CONFIG_MOUNT}")
     configmap_name = (volumes.get(config_mount["name"], {}).get("configMap") or {}).get("name")
     if configmap_name not in configmaps:
         fail(where, f"mounts ConfigMap {configmap_name!r}, which the render lacks")
-        return
+        return None
     config = configmaps[configmap_name]
     merged = effective(config, defaults, environment)
 
@@ -174,39 +213,352 @@ def check_statefulset(where: str, statefulset: dict, configmaps: dict[str, dict]
         fail(where, f"terminationGracePeriodSeconds {grace} does not cover preStop {pre_stop_seconds}s "
                     f"+ drain {drain_seconds}s")
 
-    named_ports = set(ports)
+    from_refs = {v["name"] for v in container.get("env") or [] if "valueFrom" in v}
+    return check_replication(where, statefulset, container, merged, from_refs, clusters)
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def pod_labels(statefulset: dict) -> dict:
+    return statefulset["spec"]["template"]["metadata"].get("labels") or {}
+
+
+def quantity_bytes(quantity: Any) -> int:
+    """A Kubernetes quantity (10Gi, 500M, 1e9, 1024) in bytes."""
+    text = str(quantity)
+    for suffix, factor in (("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40), ("Pi", 2**50),
+                           ("k", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12), ("P", 10**15)):
+        if text.endswith(suffix):
+            return int(float(text[:-len(suffix)]) * factor)
+    return int(float(text))
+
+
+def probe_seconds(probe: dict) -> int:
+    """How long a probe lets a container fail before it acts."""
+    return (probe.get("initialDelaySeconds", 0)
+            + probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3))
+
+
+def check_replication(where: str, statefulset: dict, container: dict, merged: dict,
+                      from_refs: set[str], clusters: list[NatsCluster]) -> NatsCluster | None:
+    """Replicated mode of a Lathe StatefulSet: returns the rendered NATS cluster it uses."""
+    replication = merged.get("replication") or {}
+    url = str(replication.get("nats_url", "")).strip()
+    replicas = statefulset["spec"].get("replicas", 1)
+    if not url and NATS_URL_VARIABLE not in from_refs:
+        if replicas > 1:
+            fail(where, f"replicas {replicas} without replication.nats_url: each pod would hold only "
+                        "the writes it took (a single node keeps replicas 1; see deploy/README.md)")
+        return None
+    startup = container.get("startupProbe") or {}
+    if probe_seconds(startup) < MIN_BOOTSTRAP_SECONDS:
+        fail(where, f"startupProbe allows {probe_seconds(startup)} s; a new replica is NOT_SERVING until "
+                    f"it has applied the whole stream: leave at least {MIN_BOOTSTRAP_SECONDS} s")
+    stream_replicas = int(replication.get("stream_replicas", 1))
+    if not 1 <= stream_replicas <= 5:
+        fail(where, f"replication.stream_replicas {stream_replicas} is not in 1..=5 (JetStream's range)")
+    if not url:
+        return None  # From a Secret or the like: nothing more to check here.
+    used = set()
+    for server in (s.strip() for s in url.split(",")):
+        cluster = nats_server_of(where, server, clusters)
+        if cluster is not None:
+            used.add(cluster.name)
+    if len(used) > 1:
+        fail(where, f"replication.nats_url names servers of several NATS clusters: {sorted(used)}")
+    cluster = next((c for c in clusters if c.name in used), None)
+    if cluster is None:
+        return None  # An external NATS: nothing of it in the render to check against.
+    if stream_replicas > cluster.replicas:
+        fail(where, f"replication.stream_replicas {stream_replicas} is more than the {cluster.replicas} "
+                    f"servers of statefulset/{cluster.name}: JetStream cannot place the stream")
+    message_bytes = int(replication.get("max_message_bytes", 0))
+    if message_bytes > cluster.max_payload:
+        fail(where, f"replication.max_message_bytes {message_bytes} is over the max_payload "
+                    f"{cluster.max_payload} of statefulset/{cluster.name}: NATS would refuse the messages")
+    return cluster
+
+
+def nats_server_of(where: str, server: str, clusters: list[NatsCluster]) -> NatsCluster | None:
+    """The rendered NATS cluster a server of replication.nats_url is part of (None: external)."""
+    parts = urlsplit(server)
+    if parts.scheme not in ("nats", "tls") or not parts.hostname:
+        fail(where, f"replication.nats_url: {server!r} is not nats://HOST[:PORT]")
+        return None
+    host, port = parts.hostname, parts.port or 4222
+    for cluster in clusters:
+        names = [f"{cluster.name}-{i}.{cluster.service}" for i in range(cluster.replicas)]
+        names += cluster.client_services
+        if any(host == n or host.startswith(n + ".") for n in names):
+            if port != cluster.client_port:
+                fail(where, f"replication.nats_url: {server} uses port {port}; statefulset/"
+                            f"{cluster.name} takes clients on {cluster.client_port}")
+            return cluster
+        pod = re.fullmatch(rf"{re.escape(cluster.name)}-(\d+)\.{re.escape(cluster.service)}(\..*)?", host)
+        if pod:
+            fail(where, f"replication.nats_url: {server} names pod {cluster.name}-{pod.group(1)}, but "
+                        f"statefulset/{cluster.name} has {cluster.replicas} replicas")
+            return cluster
+    if clusters:
+        fail(where, f"replication.nats_url: {server} is none of the render's NATS servers "
+                    f"({', '.join(c.name for c in clusters)})")
+    return None
+
+
+def nats_conf_of(where: str, container: dict, volumes: dict, nats_confs: dict) -> dict | None:
+    """The parsed nats.conf a NATS container runs with (--config PATH, from a mounted ConfigMap)."""
+    command = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+    path = next((command[i + 1] for i, a in enumerate(command[:-1]) if a in ("--config", "-c")), None)
+    if path is None:
+        fail(where, "the nats container runs without --config")
+        return None
+    for mount in container.get("volumeMounts") or []:
+        directory = mount["mountPath"].rstrip("/") + "/"
+        if path == mount["mountPath"] or path.startswith(directory):
+            key = mount.get("subPath") or path.removeprefix(directory)
+            name = (volumes.get(mount["name"], {}).get("configMap") or {}).get("name")
+            if (name, key) in nats_confs:
+                return nats_confs[(name, key)]
+            fail(where, f"--config {path} is {key!r} of ConfigMap {name!r}, which the render lacks")
+            return None
+    fail(where, f"--config {path} is not mounted")
+    return None
+
+
+def check_nats_statefulset(where: str, statefulset: dict, nats_confs: dict,
+                           services: list[dict]) -> NatsCluster | None:
+    spec = statefulset["spec"]
+    pod = spec["template"]["spec"]
+    name = statefulset["metadata"]["name"]
+    where = f"{where} statefulset/{name}"
+    container = next(c for c in pod["containers"] if c["name"] == "nats")
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    conf = nats_conf_of(where, container, volumes, nats_confs)
+    if conf is None:
+        return None
+    replicas = spec.get("replicas", 1)
+    if replicas % 2 == 0:
+        fail(where, f"replicas {replicas}: a JetStream cluster needs a majority, so an even count "
+                    "survives no more failures than one server fewer")
+    if replicas > 1 and spec.get("podManagementPolicy") != "Parallel":
+        fail(where, "podManagementPolicy must be Parallel: a server is ready only once JetStream has a "
+                    "leader, which needs a majority running, so OrderedReady never starts the second")
+    environment = {v["name"]: v for v in container.get("env") or []}
+    pod_name = ((environment.get("POD_NAME") or {}).get("valueFrom") or {}).get("fieldRef") or {}
+    if conf.get("server_name") != "$POD_NAME" or pod_name.get("fieldPath") != "metadata.name":
+        fail(where, "server_name must be $POD_NAME, with POD_NAME from metadata.name: JetStream names "
+                    "its peers by it, so it must be unique and survive restarts")
+    service = check_nats_network(where, statefulset, container, conf, services)
+    check_nats_storage(where, statefulset, container, conf)
+    check_nats_shutdown(where, pod, container, conf)
+    client_services = [s["metadata"]["name"] for s in services
+                       if selects(s["spec"].get("selector") or {}, pod_labels(statefulset))]
+    max_payload = nats_conf.size_bytes(conf.get("max_payload", NATS_DEFAULT_MAX_PAYLOAD))
+    if max_payload > NATS_MAX_PAYLOAD_LIMIT:
+        fail(where, f"max_payload {conf.get('max_payload')} is over NATS's limit of 64 MB")
+    return NatsCluster(name=name, service=service, replicas=replicas,
+                       client_port=conf.get("port", 4222), max_payload=max_payload,
+                       cluster_port=(conf.get("cluster") or {}).get("port"), labels=pod_labels(statefulset),
+                       client_services=client_services)
+
+
+def check_nats_network(where: str, statefulset: dict, container: dict, conf: dict,
+                       services: list[dict]) -> str:
+    """Ports, probes, cluster routes and the headless Service of a NATS StatefulSet."""
+    name, replicas = statefulset["metadata"]["name"], statefulset["spec"].get("replicas", 1)
+    service_name = statefulset["spec"].get("serviceName", "")
+    cluster = conf.get("cluster") or {}
+    ports = {p.get("name"): p["containerPort"] for p in container.get("ports") or []}
+    for port_name, configured in (("nats", conf.get("port", 4222)), ("monitor", conf.get("http_port")),
+                                  ("cluster", cluster.get("port"))):
+        if configured is not None and ports.get(port_name) != configured:
+            fail(where, f"container port {port_name} is {ports.get(port_name)}, nats.conf says {configured}")
+    if conf.get("http_port") is None:
+        fail(where, "nats.conf sets no http_port: the probes need /healthz")
+    for probe_name in ("startupProbe", "readinessProbe", "livenessProbe"):
+        probe = (container.get(probe_name) or {}).get("httpGet") or {}
+        if probe.get("port") not in ("monitor", conf.get("http_port")) or \
+                not str(probe.get("path", "")).startswith("/healthz"):
+            fail(where, f"{probe_name} must GET /healthz on the monitor port")
+    if replicas > 1:
+        routes = sorted(str(r) for r in cluster.get("routes") or [])
+        want = sorted(f"nats://{name}-{i}.{service_name}:{cluster.get('port')}" for i in range(replicas))
+        if routes != want:
+            fail(where, f"cluster.routes {routes} must be one per pod: {want}")
+        if not cluster.get("name"):
+            fail(where, "nats.conf cluster has no name")
+    headless = next((s for s in services if s["metadata"]["name"] == service_name), None)
+    if headless is None:
+        fail(where, f"serviceName {service_name!r} is not a Service of the render")
+    elif headless["spec"].get("clusterIP") != "None" or not headless["spec"].get("publishNotReadyAddresses"):
+        fail(where, f"service/{service_name} must be headless and publish not-ready pods: the servers "
+                    "route to each other before any of them is ready")
+    return service_name
+
+
+def check_nats_storage(where: str, statefulset: dict, container: dict, conf: dict) -> None:
+    jetstream = conf.get("jetstream")
+    if not isinstance(jetstream, dict):
+        fail(where, "nats.conf has no jetstream block: the write log needs JetStream")
+        return
+    store_dir = str(jetstream.get("store_dir", ""))
+    claims = {t["metadata"]["name"]: t for t in statefulset["spec"].get("volumeClaimTemplates") or []}
+    mount = next((m for m in container.get("volumeMounts") or []
+                  if store_dir == m["mountPath"] or store_dir.startswith(m["mountPath"].rstrip("/") + "/")),
+                 None)
+    if mount is None or mount["name"] not in claims:
+        fail(where, f"jetstream.store_dir {store_dir!r} is not on a volumeClaimTemplate")
+        return
+    request = claims[mount["name"]]["spec"]["resources"]["requests"]["storage"]
+    if "max_file_store" not in jetstream:
+        fail(where, f"jetstream.max_file_store is unset: JetStream would size it from the disk, not the "
+                    f"{request} claim")
+    elif nats_conf.size_bytes(jetstream["max_file_store"]) >= quantity_bytes(request):
+        fail(where, f"jetstream.max_file_store {jetstream['max_file_store']} does not fit the {request} claim")
+
+
+def check_nats_shutdown(where: str, pod: dict, container: dict, conf: dict) -> None:
+    """Lame-duck mode on preStop, and a grace period that lets it finish."""
+    pid_file = str(conf.get("pid_file", ""))
+    pre_stop = (((container.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command") or []
+    if not pid_file or not any(str(a).endswith(f"ldm={pid_file}") for a in pre_stop):
+        fail(where, "preStop must signal lame-duck mode (nats-server --signal ldm=<pid_file>)")
+    elif not any(pid_file.startswith(m["mountPath"].rstrip("/") + "/") for m in container.get("volumeMounts") or []):
+        fail(where, f"pid_file {pid_file} is not on a mounted volume (the root file system is read-only)")
+    lame_duck = nats_conf.duration_seconds(conf.get("lame_duck_duration", NATS_DEFAULT_LAME_DUCK_SECONDS))
+    grace_period = nats_conf.duration_seconds(conf.get("lame_duck_grace_period",
+                                                       NATS_DEFAULT_LAME_DUCK_GRACE_SECONDS))
+    grace = pod.get("terminationGracePeriodSeconds", 30)
+    if grace <= lame_duck + grace_period:
+        fail(where, f"terminationGracePeriodSeconds {grace} does not cover lame-duck mode "
+                    f"({grace_period:g} s + {lame_duck:g} s)")
+
+
+def admits(policy: dict, labels: dict, ports: set) -> bool:
+    """Whether a NetworkPolicy's ingress rules let pods with these labels (same namespace) reach
+    one of these ports (names or numbers)."""
+    for rule in policy["spec"].get("ingress") or []:
+        peers = rule.get("from")
+        peer_ok = not peers or any(
+            "podSelector" in peer and "namespaceSelector" not in peer and "ipBlock" not in peer
+            and all(labels.get(k) == v for k, v in (peer["podSelector"].get("matchLabels") or {}).items())
+            for peer in peers)
+        rule_ports = rule.get("ports")
+        if peer_ok and (not rule_ports or any(p.get("port") in ports for p in rule_ports)):
+            return True
+    return False
+
+
+def check_network_policies(where: str, policies: list[dict], users: list[tuple[dict, NatsCluster]]) -> None:
+    """NetworkPolicies on NATS pods must let the Lathe pods that use them, and the servers' routes, in."""
+    for lathe, cluster in users:
+        for policy in policies:
+            selector = (policy["spec"].get("podSelector") or {}).get("matchLabels") or {}
+            types = policy["spec"].get("policyTypes") or ["Ingress"]
+            if "Ingress" not in types or not all(cluster.labels.get(k) == v for k, v in selector.items()):
+                continue
+            name = policy["metadata"]["name"]
+            if not admits(policy, pod_labels(lathe), {"nats", cluster.client_port}):
+                fail(where, f"networkpolicy/{name} keeps the pods of statefulset/{lathe['metadata']['name']} "
+                            f"from the client port of statefulset/{cluster.name}")
+            if cluster.replicas > 1 and not admits(policy, cluster.labels, {"cluster", cluster.cluster_port}):
+                fail(where, f"networkpolicy/{name} blocks the cluster routes between the servers of "
+                            f"statefulset/{cluster.name}")
+
+
+def check_services(where: str, services: list[dict], statefulsets: list[dict]) -> None:
     for service in services:
-        service_name = service["metadata"]["name"]
+        name = service["metadata"]["name"]
         selector = service["spec"].get("selector") or {}
-        if any(pod_labels.get(k) != v for k, v in selector.items()):
-            fail(where, f"service/{service_name} selector {selector} does not select the pods")
+        selected = [s for s in statefulsets if selects(selector, pod_labels(s))]
+        if not selected:
+            fail(where, f"service/{name} selector {selector} selects the pods of no StatefulSet")
+            continue
+        named_ports = {p.get("name") for s in selected for c in s["spec"]["template"]["spec"]["containers"]
+                       for p in c.get("ports") or []}
         for port in service["spec"]["ports"]:
             target = port.get("targetPort")
             if isinstance(target, str) and target not in named_ports:
-                fail(where, f"service/{service_name} targets port {target!r}, which the container lacks")
+                fail(where, f"service/{name} targets port {target!r}, which the containers lack")
 
 
-def check_render(path: Path, defaults: dict) -> None:
-    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+def check_disruption_budgets(where: str, budgets: list[dict], statefulsets: list[dict],
+                             nats_names: set[str]) -> None:
+    covered = set()
+    for budget in budgets:
+        name = budget["metadata"]["name"]
+        selector = (budget["spec"].get("selector") or {}).get("matchLabels") or {}
+        selected = [s for s in statefulsets if selects(selector, pod_labels(s))]
+        if not selected:
+            fail(where, f"poddisruptionbudget/{name} selects the pods of no StatefulSet")
+        for statefulset in selected:
+            sts_name, replicas = statefulset["metadata"]["name"], statefulset["spec"].get("replicas", 1)
+            covered.add(sts_name)
+            unavailable = budget["spec"].get("maxUnavailable")
+            majority_spare = (replicas - 1) // 2
+            if sts_name in nats_names and replicas > 1 and \
+                    (not isinstance(unavailable, int) or unavailable > majority_spare):
+                fail(where, f"poddisruptionbudget/{name} must set maxUnavailable to at most {majority_spare} "
+                            f"for the {replicas} NATS servers of statefulset/{sts_name} (a majority stays up)")
+    for missing in sorted(nats_names - covered):
+        fail(where, f"statefulset/{missing} (NATS) has no PodDisruptionBudget: a drain could take down "
+                    "the majority JetStream needs")
+
+
+def load_configs(path: Path, documents: list[dict], defaults: dict) -> tuple[dict, dict]:
+    """The render's lathe.toml files (by ConfigMap name) and nats.conf files (by ConfigMap, key)."""
     configmaps: dict[str, dict] = {}
+    nats_confs: dict[tuple[str, str], dict] = {}
     for document in documents:
-        if document["kind"] != "ConfigMap" or "lathe.toml" not in (document.get("data") or {}):
+        if document["kind"] != "ConfigMap":
             continue
-        name = document["metadata"]["name"]
+        name, data = document["metadata"]["name"], document.get("data") or {}
         where = f"{path.name} configmap/{name}"
+        for key, text in data.items():
+            if key.endswith(".conf") and "nats" in key:
+                try:
+                    nats_confs[(name, key)] = nats_conf.parse(text)
+                except ValueError as error:
+                    fail(where, f"{key} is not a nats.conf this check reads: {error}")
+        if "lathe.toml" not in data:
+            continue
         try:
-            config = tomllib.loads(document["data"]["lathe.toml"])
+            config = tomllib.loads(data["lathe.toml"])
         except tomllib.TOMLDecodeError as error:
             fail(where, f"lathe.toml is not TOML: {error}")
             continue
         check_keys(where, config, defaults)
         configmaps[name] = config
+    return configmaps, nats_confs
+
+
+def check_render(path: Path, defaults: dict) -> None:
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    configmaps, nats_confs = load_configs(path, documents, defaults)
     services = [d for d in documents if d["kind"] == "Service"]
     statefulsets = [d for d in documents if d["kind"] == "StatefulSet"]
-    if not statefulsets:
-        fail(path.name, "no StatefulSet")
-    for statefulset in statefulsets:
-        check_statefulset(path.name, statefulset, configmaps, defaults, services)
+    budgets = [d for d in documents if d["kind"] == "PodDisruptionBudget"]
+
+    def has_container(statefulset: dict, name: str) -> bool:
+        return any(c["name"] == name for c in statefulset["spec"]["template"]["spec"]["containers"])
+
+    nats_sets = [s for s in statefulsets if has_container(s, "nats")]
+    lathe_sets = [s for s in statefulsets if s not in nats_sets]
+    if not lathe_sets:
+        fail(path.name, "no Lathe StatefulSet")
+    clusters = [c for c in (check_nats_statefulset(path.name, s, nats_confs, services) for s in nats_sets) if c]
+    users = [(s, c) for s in lathe_sets
+             if (c := check_statefulset(path.name, s, configmaps, defaults, clusters)) is not None]
+    used = {c.name for _, c in users}
+    for cluster in clusters:
+        if cluster.name not in used:
+            fail(path.name, f"statefulset/{cluster.name} (NATS) is rendered, but no Lathe StatefulSet's "
+                            "replication.nats_url names it")
+    check_services(path.name, services, statefulsets)
+    check_disruption_budgets(path.name, budgets, statefulsets, {s["metadata"]["name"] for s in nats_sets})
+    check_network_policies(path.name, [d for d in documents if d["kind"] == "NetworkPolicy"], users)
 
 
 def main(arguments: list[str]) -> int:

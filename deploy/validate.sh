@@ -9,12 +9,18 @@
 #      Installed once under DEPLOY_CACHE (default deploy/: .tools/ and .venv-deploy/), reused
 #      while the pins hold.
 #   2. hadolint on deploy/Dockerfile (no Docker engine here: docker-build-steps.sh runs its steps).
-#   3. render: kustomize base and overlays dev and prod; helm lint and helm template of
-#      deploy/helm/lathe with the default values and with ci/all-features-values.yaml.
+#   3. render: kustomize base and overlays dev, prod and replicated (Lathe replicas on a NATS
+#      JetStream cluster); helm lint and helm template of deploy/helm/lathe with the default
+#      values and with each ci/*-values.yaml (all-features: replication with the chart's NATS;
+#      external-nats: replication on a NATS outside the chart).
 #   4. schemas: kubernetes-validate --strict against the oldest and newest Kubernetes versions
 #      supported (gRPC probes are GA since 1.27).
 #   5. config: check_manifests.py: every lathe.toml (ConfigMaps and deploy/container/lathe.toml)
-#      has only keys of deploy/lathe.toml, and the StatefulSets agree with the effective config.
+#      has only keys of deploy/lathe.toml, the StatefulSets agree with the effective config, and
+#      Lathe's replication settings agree with the NATS cluster of the render (nats.conf read by
+#      nats_conf.py); test_check_manifests.py shows that those checks catch what they claim to.
+#   6. NATS: when nats-server is installed (CI installs Debian's), each rendered nats.conf passes
+#      `nats-server -t`, and nats_cluster_smoke.py runs one as a cluster on loopback.
 # Exits non-zero on any failure. Needs python3 (with venv) and npm, both on the project's machines.
 set -euo pipefail
 
@@ -73,17 +79,22 @@ echo "hadolint: Dockerfile clean"
 
 step "render"
 rm -f "$rendered"/*.yaml
-for kustomization in base overlays/dev overlays/prod; do
+for kustomization in base overlays/dev overlays/prod overlays/replicated; do
   name="kustomize-${kustomization//\//-}"
   "$kubectl" kustomize "$deploy/k8s/$kustomization" >"$rendered/$name.yaml"
   echo "$name.yaml"
 done
 chart="$deploy/helm/lathe"
 "$helm" lint --strict "$chart" >/dev/null
-"$helm" lint --strict "$chart" -f "$chart/ci/all-features-values.yaml" >/dev/null
 "$helm" template lathe "$chart" --namespace lathe >"$rendered/helm-default.yaml"
-"$helm" template lathe "$chart" --namespace lathe -f "$chart/ci/all-features-values.yaml" >"$rendered/helm-all-features.yaml"
-echo "helm-default.yaml helm-all-features.yaml (helm lint --strict passed)"
+helm_renders=(helm-default.yaml)
+for values in "$chart"/ci/*-values.yaml; do
+  name="helm-$(basename "$values" -values.yaml).yaml"
+  "$helm" lint --strict "$chart" -f "$values" >/dev/null
+  "$helm" template lathe "$chart" --namespace lathe -f "$values" >"$rendered/$name"
+  helm_renders+=("$name")
+done
+echo "${helm_renders[*]} (helm lint --strict passed)"
 
 step "schemas"
 renders=("$rendered"/*.yaml)
@@ -95,4 +106,12 @@ done
 step "config"
 "$venv/bin/python" "$deploy/check_manifests.py" "$repo/deploy/lathe.toml" "$rendered"/*.yaml \
   --toml "$deploy/container/lathe.toml"
+"$venv/bin/python" "$deploy/test_check_manifests.py" "$repo/deploy/lathe.toml" "$rendered"
+
+step "NATS"
+if command -v nats-server >/dev/null; then
+  "$venv/bin/python" "$deploy/nats_cluster_smoke.py" "$rendered"/*.yaml
+else
+  echo "NOTICE: nats-server not installed (apt-get install nats-server): rendered nats.conf files not run"
+fi
 echo "deploy: all manifests valid"

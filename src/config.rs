@@ -26,6 +26,52 @@ pub struct Config {
     pub log: LogConfig,
     pub tls: TlsConfig,
     pub auth: AuthConfig,
+    pub replication: ReplicationConfig,
+}
+
+/// Replicas fed by a replicated write log on NATS JetStream (see `crate::replication`). Off (a
+/// single node, everything local) while `nats_url` is empty.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplicationConfig {
+    /// NATS server URL(s), comma-separated (`nats://nats-0.nats:4222,nats://nats-1.nats:4222`);
+    /// empty = single node.
+    pub nats_url: String,
+    /// The JetStream stream holding the log; its subjects are `<stream, lowercased>.log.>` and
+    /// `.part.>`. Every replica of one deployment names the same stream.
+    pub stream: String,
+    /// Copies of the stream that the NATS cluster keeps (JetStream's replicas: 1, 3 or 5).
+    pub stream_replicas: usize,
+    /// How long a write waits for JetStream to acknowledge it (milliseconds).
+    pub publish_timeout_ms: u64,
+    /// A replica whose newest applied entry was published more than this long ago while newer
+    /// entries wait reports NOT_SERVING until it has caught up again (seconds; 0 = never).
+    pub max_lag_seconds: u64,
+    /// Largest message published, in bytes; a document version larger than this is split into
+    /// parts. 0 = the NATS server's `max_payload`.
+    pub max_message_bytes: usize,
+    /// Log entries applied together: one commit per collection per batch.
+    pub apply_batch: usize,
+}
+
+impl Default for ReplicationConfig {
+    fn default() -> Self {
+        Self {
+            nats_url: String::new(),
+            stream: "LATHE".to_string(),
+            stream_replicas: 1,
+            publish_timeout_ms: 5_000,
+            max_lag_seconds: 60,
+            max_message_bytes: 0,
+            apply_batch: 512,
+        }
+    }
+}
+
+impl ReplicationConfig {
+    pub fn enabled(&self) -> bool {
+        !self.nats_url.trim().is_empty()
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -389,7 +435,38 @@ impl Config {
         self.validate_retrieval()?;
         self.validate_models()?;
         self.validate_tls()?;
+        self.validate_replication()?;
         self.validate_listeners_and_log()
+    }
+
+    /// `replication`: a stream name NATS accepts, and limits that admit one entry.
+    fn validate_replication(&self) -> Result<(), ConfigError> {
+        let replication = &self.replication;
+        check(
+            (1..=32).contains(&replication.stream.len())
+                && replication
+                    .stream
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+            "replication.stream must be 1 to 32 characters of [A-Za-z0-9_-]",
+        )?;
+        check(
+            (1..=5).contains(&replication.stream_replicas),
+            "replication.stream_replicas must be in 1..=5",
+        )?;
+        check(
+            replication.publish_timeout_ms >= 1,
+            "replication.publish_timeout_ms must be at least 1",
+        )?;
+        check(
+            replication.max_message_bytes == 0 || replication.max_message_bytes >= 4096,
+            "replication.max_message_bytes must be 0 (the server's max_payload) or at least 4096",
+        )?;
+        check(
+            (1..=10_000).contains(&replication.apply_batch),
+            "replication.apply_batch must be in 1..=10000",
+        )?;
+        Ok(())
     }
 
     /// `server`: concurrency and the request timeout.

@@ -39,6 +39,19 @@ pub enum LatheError {
     /// The server is shutting down or a background task is gone.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The replicated write log (NATS JetStream) cannot be reached or did not acknowledge in
+    /// time: a write is not stored (or, for a batch, `stored` says what was). Reads go on.
+    #[error("the write log at {url} is unavailable: {cause}{}; reads are served from this replica meanwhile", stored_part(.stored))]
+    LogUnavailable {
+        url: String,
+        cause: String,
+        /// What of the write the log stored before it failed, for a batch stored in part.
+        stored: Option<String>,
+    },
+    /// A call needs a mode or state this server is not in (a consistency token on a single
+    /// node, a write to a collection the log does not hold).
+    #[error("{0}")]
+    Precondition(String),
     /// A collection's own files are missing, truncated or garbled (found at open or later). Its
     /// folder is kept as it was found.
     #[error("collection `{name}` is damaged{}: {path}: {cause}; its files are kept as found: restore them from a backup and restart, or delete the collection", unserved(.documents))]
@@ -114,6 +127,13 @@ pub enum LatheError {
     /// A bug or an unexpected state: never the caller's fault.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+fn stored_part(stored: &Option<String>) -> String {
+    match stored {
+        Some(stored) => format!(" ({stored})"),
+        None => String::new(),
+    }
 }
 
 /// Why a collection's files could not be written (see [`LatheError::Storage`]).

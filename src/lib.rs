@@ -13,6 +13,8 @@
 //! - [`query`]: the read stages: validate → embed → coarse → analyze → rechunk → score → pack →
 //!   assemble.
 //! - [`index`]: collections on disk; tantivy indexes of sections; the writer and snapshots.
+//! - [`replication`]: with `replication.nats_url` set, the write log on NATS JetStream that every
+//!   replica applies.
 //! - [`sections`]: ingest-time splitting of documents into sections by structure.
 //! - [`chunk`]: query-time chunking strategies over token offsets.
 //! - Leaves usable by any layer: [`tokens`], [`tokenizer`], [`content_hash`], [`cpu_pool`],
@@ -32,6 +34,7 @@ pub mod eval;
 pub mod index;
 pub mod ingest;
 pub mod query;
+pub mod replication;
 pub mod sections;
 pub mod service;
 pub mod telemetry;

@@ -35,6 +35,67 @@ pub struct Metrics {
     pub collection_damaged: IntGaugeVec,
     pub index_writers_open: IntGauge,
     pub index_writer_evictions: IntCounter,
+    /// With replication: this replica's progress through the log (read at scrape time) and the
+    /// entries it applied or passed over, by `outcome`.
+    pub replication: ReplicationMetrics,
+}
+
+/// The replication family (all zero on a single node).
+pub struct ReplicationMetrics {
+    /// Every log entry up to this position is applied here.
+    pub applied_position: IntGauge,
+    /// Entries the log holds after it, when last known.
+    pub pending_entries: IntGauge,
+    /// Age of the newest applied entry while newer ones wait (0 when caught up).
+    pub lag_seconds: prometheus::Gauge,
+    /// 1 once the apply loop stopped on an entry it cannot apply.
+    pub stopped: IntGauge,
+    /// 1 while an apply is being retried after a failure.
+    pub retrying: IntGauge,
+    /// Document entries by outcome: `applied`, or passed over as `no_collection` (deleted or never
+    /// created here), `earlier_incarnation`, `already_applied`, `not_replicated` (a collection
+    /// created before replication was on), `collection_unavailable` (damaged or offline here).
+    pub entries: IntCounterVec,
+}
+
+impl ReplicationMetrics {
+    fn register(registry: &Registry) -> Self {
+        let int_gauge = |name: &str, help: &str| {
+            register(registry, IntGauge::new(name, help).expect("static metric"))
+        };
+        Self {
+            applied_position: int_gauge(
+                "replication_applied_position",
+                "Log position up to which every entry is applied on this replica",
+            ),
+            pending_entries: int_gauge(
+                "replication_pending_entries",
+                "Log entries after the applied position, when last known",
+            ),
+            lag_seconds: register(
+                registry,
+                prometheus::Gauge::new(
+                    "replication_lag_seconds",
+                    "Age of the newest applied log entry while newer ones wait (0 when caught up)",
+                )
+                .expect("static metric"),
+            ),
+            stopped: int_gauge(
+                "replication_stopped",
+                "1 once applying the log stopped on an entry this replica cannot apply",
+            ),
+            retrying: int_gauge(
+                "replication_retrying",
+                "1 while a batch of log entries is being retried after a failure",
+            ),
+            entries: counter(
+                registry,
+                "replication_entries_total",
+                "Document log entries applied or passed over, by outcome",
+                &["outcome"],
+            ),
+        }
+    }
 }
 
 /// Registers `collector` in `registry` and hands it back; each metric is registered once, with a
@@ -217,6 +278,7 @@ impl Metrics {
             collection_damaged: collection.damaged,
             index_writers_open: register(&registry, index_writers_open),
             index_writer_evictions: register(&registry, index_writer_evictions),
+            replication: ReplicationMetrics::register(&registry),
             registry,
         }
     }

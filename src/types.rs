@@ -364,6 +364,8 @@ pub struct RetrieveResult {
     pub chunks_considered: u32,
     /// Sections whose analysis was not cached (for metrics; not sent to clients).
     pub section_cache_misses: u32,
+    /// With replication: the log position applied when the answer's snapshot was taken.
+    pub log_position: u64,
 }
 
 impl RetrieveResult {
@@ -384,4 +386,7 @@ pub struct WriteOutcome {
     pub sections: u32,
     /// Generation at which the write is visible (0 when not waited for).
     pub generation: u64,
+    /// With replication: the log position of the write (read-your-writes on any replica); 0 on
+    /// a single node.
+    pub consistency_token: u64,
 }

@@ -327,11 +327,13 @@ impl From<WriteOutcome> for proto::WriteResponse {
             documents,
             sections,
             generation,
+            consistency_token,
         } = outcome;
         proto::WriteResponse {
             documents,
             sections,
             generation,
+            consistency_token,
         }
     }
 }
@@ -348,6 +350,8 @@ pub fn retrieve_query_from_proto(request: proto::RetrieveRequest) -> Result<Retr
         min_score,
         max_chunks_per_document,
         diversity,
+        // Not part of the query (nor of its cache key): the service waits on it first.
+        consistency_token: _,
     } = request;
     let selection = ChunkSelection {
         min_score: min_score.map(ExactF32),
@@ -465,6 +469,7 @@ impl From<RetrieveResult> for proto::RetrieveResponse {
             sections_considered,
             chunks_considered,
             section_cache_misses: _,
+            log_position,
         } = result;
         proto::RetrieveResponse {
             chunks: chunks.into_iter().map(Into::into).collect(),
@@ -481,6 +486,7 @@ impl From<RetrieveResult> for proto::RetrieveResponse {
                 .collect(),
             sections_considered,
             chunks_considered,
+            log_position,
         }
     }
 }

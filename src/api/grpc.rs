@@ -289,8 +289,8 @@ impl Lathe for GrpcAdapter {
             Access::Write,
             request,
             |proto::DeleteCollectionRequest { name }| async move {
-                self.service.delete_collection(&name).await?;
-                Ok(proto::DeleteCollectionResponse {})
+                let consistency_token = self.service.delete_collection(&name).await?;
+                Ok(proto::DeleteCollectionResponse { consistency_token })
             },
         )
         .await
@@ -382,9 +382,13 @@ impl Lathe for GrpcAdapter {
                     .await?;
                 total.documents += outcome.documents;
                 total.sections += outcome.sections;
+                total.consistency_token = total.consistency_token.max(outcome.consistency_token);
             }
             if let (Some(collection), true) = (collection_name, wait) {
-                total.generation = self.service.sync(&collection).await?;
+                total.generation = self
+                    .service
+                    .sync(&collection, total.consistency_token)
+                    .await?;
             }
             Ok(Response::new(total))
         }
@@ -397,8 +401,13 @@ impl Lathe for GrpcAdapter {
         request: Request<proto::RetrieveRequest>,
     ) -> Result<Response<proto::RetrieveResponse>, Status> {
         self.unary("Retrieve", Access::Read, request, |message| async move {
+            let consistency_token = message.consistency_token;
             let query = convert::retrieve_query_from_proto(message)?;
-            Ok(self.service.retrieve(query).await?.into())
+            Ok(self
+                .service
+                .retrieve(query, consistency_token)
+                .await?
+                .into())
         })
         .await
     }

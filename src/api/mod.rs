@@ -57,6 +57,7 @@ pub async fn serve(
 
     let metrics = Arc::new(Metrics::new());
     let engine = open_engine(&config, &metrics).await?;
+    engine.start_replication().await?;
     let lathe = lathe_service(&config, &engine, &metrics)?;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
@@ -74,15 +75,17 @@ pub async fn serve(
     }
 
     let builder = server_builder(&config)?;
-    // Indexes and models are loaded: ready.
-    health_reporter.set_serving::<LatheService>().await;
+    // Set when the drain starts: from then on health stays NOT_SERVING.
+    let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    report_ready(&engine, &health_reporter, &draining).await;
     let address = listener
         .local_addr()
         .map_err(|e| LatheError::io("reading the listen address", e))?;
     tracing::info!(%address, tls = config.tls.enabled(), data_dir = %config.storage.data_dir.display(), "lathe serving");
 
     let drain = Duration::from_millis(config.server.drain_timeout_ms);
-    let (signal, drain_deadline) = drain_signals(shutdown, health_reporter.clone(), drain);
+    let (signal, drain_deadline) =
+        drain_signals(shutdown, health_reporter.clone(), draining, drain);
     let server = builder
         .layer(tower::util::MapResponseLayer::new(
             status::rewrite_oversized_response,
@@ -101,6 +104,7 @@ pub async fn serve(
     }
     health_reporter.set_not_serving::<LatheService>().await;
     let _ = stop_tx.send(true);
+    engine.stop_replication().await;
     tokio::task::spawn_blocking(move || engine.shutdown())
         .await
         .map_err(|e| LatheError::internal(format!("closing collections: {e}")))?;
@@ -163,6 +167,7 @@ fn lathe_service(
 fn drain_signals(
     shutdown: impl Future<Output = ()> + Send + 'static,
     health_reporter: tonic_health::server::HealthReporter,
+    draining: Arc<std::sync::atomic::AtomicBool>,
     drain: Duration,
 ) -> (
     impl Future<Output = ()> + Send + 'static,
@@ -172,6 +177,7 @@ fn drain_signals(
     let signal = async move {
         shutdown.await;
         tracing::info!("shutdown requested, draining in-flight requests");
+        draining.store(true, std::sync::atomic::Ordering::SeqCst);
         health_reporter.set_not_serving::<LatheService>().await;
         let _ = drain_started_tx.send(());
     };
@@ -202,6 +208,60 @@ fn tls_config(tls: &crate::config::TlsConfig) -> Result<ServerTlsConfig> {
         )?));
     }
     Ok(config)
+}
+
+/// Indexes and models are loaded: a single node is ready; a replica once it has caught up with
+/// the log, and not while it lags.
+async fn report_ready(
+    engine: &Engine,
+    health_reporter: &tonic_health::server::HealthReporter,
+    draining: &Arc<std::sync::atomic::AtomicBool>,
+) {
+    match engine.replica_progress() {
+        None => health_reporter.set_serving::<LatheService>().await,
+        Some((progress, max_lag)) => spawn_replica_readiness(
+            progress,
+            max_lag,
+            health_reporter.clone(),
+            Arc::clone(draining),
+        ),
+    }
+}
+
+/// Follows a replica's progress into its health: SERVING while [`ReplicaProgress::ready`],
+/// re-checked when the progress moves and every second (lag grows with time alone).
+///
+/// [`ReplicaProgress::ready`]: crate::service::ReplicaProgress::ready
+fn spawn_replica_readiness(
+    mut progress: tokio::sync::watch::Receiver<crate::service::ReplicaProgress>,
+    max_lag: Duration,
+    health_reporter: tonic_health::server::HealthReporter,
+    draining: Arc<std::sync::atomic::AtomicBool>,
+) {
+    tokio::spawn(async move {
+        let mut serving = None;
+        loop {
+            let ready = progress
+                .borrow_and_update()
+                .ready(max_lag, std::time::SystemTime::now());
+            if draining.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            if serving != Some(ready) {
+                if ready {
+                    health_reporter.set_serving::<LatheService>().await;
+                } else {
+                    health_reporter.set_not_serving::<LatheService>().await;
+                }
+                tracing::info!(ready, "replica readiness");
+                serving = Some(ready);
+            }
+            tokio::select! {
+                changed = progress.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    });
 }
 
 /// Serves only `grpc.health.v1.Health`, in plaintext, on its own port: the kubelet's gRPC probe

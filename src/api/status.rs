@@ -17,6 +17,9 @@ impl From<LatheError> for Status {
             LatheError::PermissionDenied(_) => Code::PermissionDenied,
             LatheError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
             LatheError::Unavailable(_) => Code::Unavailable,
+            // Retrying once NATS is back succeeds: writes are idempotent.
+            LatheError::LogUnavailable { .. } => Code::Unavailable,
+            LatheError::Precondition(_) => Code::FailedPrecondition,
             // gRPC's code for unrecoverable data loss or corruption: retrying cannot help.
             LatheError::CollectionDamaged { .. } => Code::DataLoss,
             // Not UNAVAILABLE (which tells clients to retry the call): the collection stays

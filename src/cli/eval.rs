@@ -616,6 +616,7 @@ impl CellRun<'_> {
                     min_score: None,
                     max_chunks_per_document: None,
                     diversity: None,
+                    consistency_token: 0,
                 };
                 async move {
                     let sent = Instant::now();

@@ -42,6 +42,10 @@ pub struct QueryArgs {
     /// MMR trade-off in 0..=1 (0: off): higher prefers chunks unlike those already chosen.
     #[arg(long)]
     pub diversity: Option<f32>,
+    /// With replication: answer once the replica has applied the log up to this position (a
+    /// write's consistency token).
+    #[arg(long, default_value_t = 0)]
+    pub consistency_token: u64,
     /// Print the response as JSON.
     #[arg(long)]
     pub json: bool,
@@ -96,6 +100,7 @@ pub async fn query(args: QueryArgs) -> anyhow::Result<()> {
         min_score: args.min_score,
         max_chunks_per_document: args.max_chunks_per_document,
         diversity: args.diversity,
+        consistency_token: args.consistency_token,
     };
     let mut client = crate::client::connect(&args.addr).await?;
     let response = client

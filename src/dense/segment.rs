@@ -5,10 +5,11 @@
 //! and lock internally).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use hnsw_rs::prelude::Hnsw;
 
-use super::{DenseIndexConfig, UnitDotDistance};
+use super::{DenseIndexConfig, UnitDotDistance, EXHAUSTIVE_SEARCH_SLOTS};
 
 /// The graph of one segment: built here (`'static`, owns its data) or loaded from a dump.
 pub type Graph = Hnsw<'static, f32, UnitDotDistance>;
@@ -26,6 +27,9 @@ pub struct Segment {
     live: AtomicUsize,
     /// Set once the segment's files are on disk and listed in the manifest.
     persisted: AtomicBool,
+    /// The unit vectors of the first [`EXHAUSTIVE_SEARCH_SLOTS`] slots, each set before its slot
+    /// goes live: a segment that small is searched by scanning them (see [`Segment::nearest`]).
+    small_vectors: Vec<OnceLock<Box<[f32]>>>,
 }
 
 impl std::fmt::Debug for Segment {
@@ -55,7 +59,7 @@ impl Segment {
     /// A segment over `graph` whose slots hold `keys`, every slot dead until marked live.
     pub fn with_graph(id: u64, graph: Graph, keys: Vec<u64>, filled: bool) -> Self {
         let capacity = keys.len();
-        Self {
+        let segment = Self {
             id,
             graph,
             slot_keys: keys.into_iter().map(AtomicU64::new).collect(),
@@ -63,7 +67,51 @@ impl Segment {
             reserved: AtomicUsize::new(if filled { capacity } else { 0 }),
             live: AtomicUsize::new(0),
             persisted: AtomicBool::new(false),
+            small_vectors: (0..capacity.min(EXHAUSTIVE_SEARCH_SLOTS))
+                .map(|_| OnceLock::new())
+                .collect(),
+        };
+        // A small loaded graph: keep its vectors for the exact scan (nothing inserts meanwhile).
+        if filled && capacity <= EXHAUSTIVE_SEARCH_SLOTS && segment.graph.get_nb_point() > 0 {
+            for point in segment.graph.get_point_indexation() {
+                segment.keep_vector(point.get_origin_id(), point.get_v());
+            }
         }
+        segment
+    }
+
+    /// Keeps `slot`'s unit vector for the exact scan (a no-op past the first
+    /// [`EXHAUSTIVE_SEARCH_SLOTS`] slots); call before the slot goes live.
+    pub fn keep_vector(&self, slot: usize, unit: &[f32]) {
+        if let Some(cell) = self.small_vectors.get(slot) {
+            let _ = cell.set(unit.into());
+        }
+    }
+
+    /// The `k` live slots `accept`ed nearest to `unit` by a scan of every vector, best first,
+    /// as (slot, cosine); `None` when the segment is too large for a scan (use the graph).
+    /// Exact, so the same on every replica whatever order the graph was built in.
+    pub fn nearest(
+        &self,
+        unit: &[f32],
+        k: usize,
+        accept: &dyn Fn(usize) -> bool,
+    ) -> Option<Vec<(usize, f32)>> {
+        let reserved = self.reserved();
+        if reserved > self.small_vectors.len() {
+            return None;
+        }
+        let mut scored: Vec<(usize, f32)> = Vec::with_capacity(reserved);
+        for (slot, cell) in self.small_vectors[..reserved].iter().enumerate() {
+            let Some(vector) = cell.get() else { continue };
+            if self.is_live(slot) && accept(slot) {
+                let dot = vector.iter().zip(unit).map(|(a, b)| a * b).sum::<f32>();
+                scored.push((slot, dot));
+            }
+        }
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        scored.truncate(k);
+        Some(scored)
     }
 
     pub fn capacity(&self) -> usize {

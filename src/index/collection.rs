@@ -24,7 +24,9 @@ use super::reader::Snapshot;
 use super::records::WriteOp;
 use super::schema::{self, SectionFields};
 use super::storage;
-use super::writer::{CollectionWriter, CollectionWriterPool, WriterCommand, WriterSettings};
+use super::writer::{
+    CollectionWriter, CollectionWriterPool, CommitPayload, WriterCommand, WriterSettings,
+};
 use super::writer_pool::{SlotHandle, WriterPool};
 use crate::error::{LatheError, Result};
 
@@ -42,6 +44,8 @@ pub struct CollectionIndex {
     own_pool: Option<CollectionWriterPool>,
     /// What was found wrong with the collection's stored data (see [`CollectionIndex::damage`]).
     pub(super) integrity: Arc<Integrity>,
+    /// See [`CollectionIndex::log_position`].
+    log_position: Arc<AtomicU64>,
 }
 
 impl CollectionIndex {
@@ -96,7 +100,11 @@ impl CollectionIndex {
         let index = open_verified_index(path, name, schema, &integrity)?;
         let reader = open_verified_reader(&index, name, &integrity)?;
         integrity.opened();
-        let generation = index.load_metas()?.opstamp;
+        let metas = index.load_metas()?;
+        let generation = metas.opstamp;
+        let log_position = Arc::new(AtomicU64::new(CommitPayload::log_position_of(
+            metas.payload.as_deref(),
+        )));
         let first_snapshot = Snapshot::new(reader.searcher(), generation);
         let dense = match dense {
             None => None,
@@ -124,6 +132,8 @@ impl CollectionIndex {
             waiters: Vec::new(),
             dirty_since: None,
             last_write: Instant::now(),
+            log_position: Arc::clone(&log_position),
+            pending_log_position: None,
         });
         Ok(Self {
             fields,
@@ -134,6 +144,7 @@ impl CollectionIndex {
             commit_seqlock,
             own_pool: None,
             integrity,
+            log_position,
         })
     }
 
@@ -187,10 +198,43 @@ impl CollectionIndex {
         } else {
             (None, None)
         };
-        self.writer
-            .submit(WriterCommand::Apply { ops, done })
-            .map_err(|_| LatheError::Unavailable("the collection's writer has stopped".into()))?;
+        self.submit(ops, done, None)?;
         Ok(receiver)
+    }
+
+    /// With replication: hands `ops`, the log entries up to `log_position`, to the writer,
+    /// which commits them with that position (see [`CollectionIndex::log_position`]); the
+    /// receiver answers once they are durable and visible.
+    pub fn write_logged(
+        &self,
+        ops: Vec<WriteOp>,
+        log_position: u64,
+    ) -> Result<oneshot::Receiver<Result<u64>>> {
+        let (done, receiver) = oneshot::channel();
+        self.submit(ops, Some(done), Some(log_position))?;
+        Ok(receiver)
+    }
+
+    fn submit(
+        &self,
+        ops: Vec<WriteOp>,
+        done: Option<oneshot::Sender<Result<u64>>>,
+        log_position: Option<u64>,
+    ) -> Result<()> {
+        self.writer
+            .submit(WriterCommand::Apply {
+                ops,
+                done,
+                log_position,
+            })
+            .map_err(|_| LatheError::Unavailable("the collection's writer has stopped".into()))
+    }
+
+    /// With replication: the log position of the last entry committed to this collection (kept
+    /// in tantivy's commit payload, so durable with the writes; 0 for a single-node collection).
+    /// An entry at or below it is already here.
+    pub fn log_position(&self) -> u64 {
+        self.log_position.load(Ordering::SeqCst)
     }
 
     /// Asks the writer to commit what it holds and stop; [`CollectionIndex::shutdown`] waits for

@@ -157,6 +157,7 @@ mod tests {
             default_strategy: Some("sentence".into()),
             default_max_tokens: Some(256),
             default_overlap_tokens: None,
+            log_created: None,
         };
         write_settings(folder.path(), &settings).unwrap();
         assert_eq!(read_settings(folder.path()), Ok(settings));

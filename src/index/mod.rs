@@ -94,6 +94,11 @@ pub struct StoredSettings {
     pub default_strategy: Option<String>,
     pub default_max_tokens: Option<u32>,
     pub default_overlap_tokens: Option<u32>,
+    /// With replication: the log position of the entry that created the collection (its
+    /// incarnation: entries at or below it belong to an earlier collection of the name). Absent
+    /// for a collection created on a single node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_created: Option<u64>,
 }
 
 /// An open collection: its settings and its index.
@@ -489,6 +494,7 @@ mod tests {
             default_strategy: None,
             default_max_tokens: None,
             default_overlap_tokens: None,
+            log_created: None,
         }
     }
 

@@ -13,7 +13,7 @@ use tantivy::directory::OwnedBytes;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
 use tantivy::schema::IndexRecordOption;
 use tantivy::store::StoreReader;
-use tantivy::{DocAddress, Searcher, Term};
+use tantivy::{DocAddress, Score, Searcher, Term};
 
 use super::collection::CollectionIndex;
 use super::records::{SectionHit, StoredEmbedding};
@@ -133,10 +133,8 @@ impl CollectionIndex {
             vec![(Occur::Must, Box::new(BooleanQuery::new(should)))];
         clauses.extend(self.filter_clauses(filter));
         let query = BooleanQuery::new(clauses);
-        let top = snapshot
-            .searcher
-            .search(&query, &TopDocs::with_limit(limit).order_by_score())?;
-        top.into_iter()
+        top_by_score_then_key(&snapshot.searcher, &query, limit)?
+            .into_iter()
             .map(|(score, address)| self.load_hit(snapshot, score, address))
             .collect()
     }
@@ -408,13 +406,90 @@ fn constant_zero(query: impl Query) -> Box<dyn Query> {
     Box::new(ConstScoreQuery::new(Box::new(query), 0.0))
 }
 
+/// The best `limit` documents by score, equal scores by the lower section key: the same
+/// sections come back whatever the segments look like (on every replica, after any merge), where
+/// tantivy's own order breaks ties by segment and position. Tantivy's pruned top-k is asked for
+/// more than `limit` until what it returns ends below the `limit`-th score, so that every document
+/// tied with the `limit`-th is among them; usually the first ask.
+fn top_by_score_then_key(
+    searcher: &Searcher,
+    query: &dyn Query,
+    limit: usize,
+) -> Result<Vec<(Score, DocAddress)>> {
+    let mut fetch = limit + 1;
+    let top = loop {
+        let top = searcher.search(query, &TopDocs::with_limit(fetch).order_by_score())?;
+        let complete = top.len() < fetch || top[fetch - 1].0 < top[limit - 1].0;
+        if complete {
+            break top;
+        }
+        fetch *= 2;
+    };
+    let key_of = |address: DocAddress| {
+        searcher
+            .segment_reader(address.segment_ord)
+            .fast_fields()
+            .u64("section_key")
+            .ok()
+            .and_then(|keys| keys.first(address.doc_id))
+            .unwrap_or(0)
+    };
+    let mut keyed: Vec<(Score, u64, DocAddress)> = top
+        .into_iter()
+        .map(|(score, address)| (score, key_of(address), address))
+        .collect();
+    keyed.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    keyed.truncate(limit);
+    Ok(keyed
+        .into_iter()
+        .map(|(score, _, address)| (score, address))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
     use super::super::testing::{document, open, record, write_and_wait, written_collection};
-    use super::super::WriteOp;
+    use super::super::{section_key, WriteOp};
     use super::*;
+
+    #[test]
+    fn equal_scores_come_back_by_section_key_whatever_the_segments() {
+        // Twelve documents with the same text score the same for any query: which of them make
+        // the top five must not depend on how commits cut the index into segments.
+        let ids: Vec<String> = (0..12).map(|i| format!("twin{i}")).collect();
+        let answers: Vec<Vec<u64>> = [1, 5, 12]
+            .iter()
+            .map(|&per_commit| {
+                let data_dir = tempfile::tempdir().unwrap();
+                let index = open(&data_dir.path().join("index")).unwrap();
+                // Commits of `per_commit` documents, in another order each time.
+                let mut order = ids.clone();
+                order.rotate_left(per_commit);
+                for group in order.chunks(per_commit) {
+                    let ops = group
+                        .iter()
+                        .map(|id| WriteOp::Upsert(record(id, "boats in the harbour")))
+                        .collect();
+                    write_and_wait(&index, ops);
+                }
+                let snapshot = index.snapshot();
+                let terms = index.query_terms("boats");
+                let hits = index
+                    .search(&snapshot, &terms, &Filter::default(), 5)
+                    .unwrap();
+                assert!(hits.windows(2).all(|pair| pair[0].score == pair[1].score));
+                hits.iter().map(|hit| hit.section_key).collect()
+            })
+            .collect();
+        let mut lowest: Vec<u64> = ids.iter().map(|id| section_key(id, 0, 1)).collect();
+        lowest.sort_unstable();
+        lowest.truncate(5);
+        for answer in &answers {
+            assert_eq!(answer, &lowest);
+        }
+    }
 
     #[test]
     fn sections_read_back_exactly_and_verified() {

@@ -31,6 +31,8 @@ pub enum WriterCommand {
         ops: Vec<WriteOp>,
         /// `Some` for a `wait` write: answered with the generation once durable and visible.
         done: Option<oneshot::Sender<Result<u64>>>,
+        /// With replication: the log position of the last entry in `ops`, committed with them.
+        log_position: Option<u64>,
     },
     /// Commit what is held, close the writer and finish; `done` is dropped once that is over.
     Shutdown { done: std::sync::mpsc::Sender<()> },
@@ -80,6 +82,26 @@ pub struct CollectionWriter {
     pub(super) dirty_since: Option<Instant>,
     /// When the last command arrived, for closing the writer once idle.
     pub(super) last_write: Instant,
+    /// With replication: the log position of the last entry committed (shared with the
+    /// collection's handle), kept in every commit's payload.
+    pub(super) log_position: Arc<AtomicU64>,
+    /// The log position of the last entry applied and not yet committed.
+    pub(super) pending_log_position: Option<u64>,
+}
+
+/// The commit payload that holds a replicated collection's log position.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(super) struct CommitPayload {
+    pub log_position: u64,
+}
+
+impl CommitPayload {
+    /// The log position in a commit's payload; 0 without one (a single-node collection).
+    pub(super) fn log_position_of(payload: Option<&str>) -> u64 {
+        payload
+            .and_then(|payload| serde_json::from_str::<CommitPayload>(payload).ok())
+            .map_or(0, |payload| payload.log_position)
+    }
 }
 
 impl WriterJob for CollectionWriter {
@@ -93,7 +115,17 @@ impl WriterJob for CollectionWriter {
         // Group commit: everything queued since the last run is applied before committing.
         for command in commands {
             match command {
-                WriterCommand::Apply { ops, done } => self.apply(ops, done, permit),
+                WriterCommand::Apply {
+                    ops,
+                    done,
+                    log_position,
+                } => {
+                    if self.apply(ops, done, permit) {
+                        if let Some(position) = log_position {
+                            self.pending_log_position = Some(position);
+                        }
+                    }
+                }
                 WriterCommand::Shutdown { done } => shutdown.push(done),
             }
         }
@@ -188,17 +220,20 @@ impl CollectionWriter {
             dense.discard_pending();
         }
         self.dirty_since = None;
+        self.pending_log_position = None;
         for waiter in self.waiters.drain(..) {
             let _ = waiter.send(Err(error.for_another_caller()));
         }
     }
 
+    /// Applies `ops` (uncommitted); `false` when that failed and everything uncommitted was
+    /// abandoned.
     fn apply(
         &mut self,
         ops: Vec<WriteOp>,
         done: Option<oneshot::Sender<Result<u64>>>,
         permit: &mut Permit<'_, Self>,
-    ) {
+    ) -> bool {
         let result = if ops.is_empty() {
             Ok(())
         } else {
@@ -210,7 +245,7 @@ impl CollectionWriter {
             if let Some(done) = done {
                 self.waiters.push(done);
             }
-            return;
+            return true;
         };
         let error = self.cause_of_failed_write(error);
         tracing::error!(collection = %self.collection, %error, "applying a write failed, dropping uncommitted writes");
@@ -219,6 +254,7 @@ impl CollectionWriter {
         if let Some(done) = done {
             let _ = done.send(Err(error));
         }
+        false
     }
 
     /// A writer whose indexing thread died (on a full disk, when its arena filled and it
@@ -293,9 +329,11 @@ impl CollectionWriter {
         };
         // Odd from here until the new snapshot is in place (or the commit failed).
         self.commit_seqlock.fetch_add(1, Ordering::SeqCst);
+        let log_position = self
+            .pending_log_position
+            .unwrap_or_else(|| self.log_position.load(Ordering::SeqCst));
         let committed = match self.writer.as_mut() {
-            Some(writer) => writer
-                .commit()
+            Some(writer) => commit_with_log_position(writer, log_position)
                 .map_err(|e| storage::write_error(&self.collection, &self.path, e)),
             None => Err(LatheError::internal("no index writer to commit")),
         };
@@ -313,6 +351,9 @@ impl CollectionWriter {
         self.commit_seqlock.fetch_add(1, Ordering::SeqCst);
         match result {
             Ok(generation) => {
+                if let Some(position) = self.pending_log_position.take() {
+                    self.log_position.store(position, Ordering::SeqCst);
+                }
                 tracing::debug!(generation, waiters = self.waiters.len(), "committed");
                 for waiter in self.waiters.drain(..) {
                     let _ = waiter.send(Ok(generation));
@@ -324,6 +365,19 @@ impl CollectionWriter {
             }
         }
     }
+}
+
+/// Commits, keeping a replicated collection's log position (non-zero) in the commit's payload:
+/// the position is durable exactly when the writes up to it are.
+fn commit_with_log_position(writer: &mut IndexWriter, log_position: u64) -> tantivy::Result<u64> {
+    if log_position == 0 {
+        return writer.commit();
+    }
+    let mut prepared = writer.prepare_commit()?;
+    let payload =
+        serde_json::to_string(&CommitPayload { log_position }).expect("a number serializes");
+    prepared.set_payload(&payload);
+    prepared.commit()
 }
 
 #[cfg(test)]

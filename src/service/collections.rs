@@ -6,6 +6,7 @@ use super::{chunking_from_stored, runtime_for, CollectionRuntime, Engine};
 use crate::error::{LatheError, Result};
 use crate::index::{CollectionEntry, FaultKind, StoredSettings};
 use crate::query::validate::check_chunk_sizes;
+use crate::replication::Entry;
 use crate::types::{CollectionInfo, CollectionSettings, CollectionState};
 
 impl Engine {
@@ -53,8 +54,22 @@ impl Engine {
             default_strategy: chunking.strategy.map(|s| s.name().to_string()),
             default_max_tokens: chunking.max_tokens,
             default_overlap_tokens: chunking.overlap_tokens,
+            log_created: None,
         };
         let runtime = runtime_for(&stored, &self.config.models.dir)?;
+        if let Some(replication) = self.replication() {
+            // Every replica, this one included, creates it from the log.
+            if self.catalog.entry(&name).is_ok() {
+                return Err(LatheError::CollectionExists { name });
+            }
+            let entry = Entry::CollectionCreated {
+                name: name.clone(),
+                settings: stored,
+            };
+            let position = replication.publish_collection_created(entry).await?;
+            self.wait_for_token(position).await?;
+            return Ok(Self::info(&self.catalog.entry(&name)?));
+        }
         let catalog = Arc::clone(&self.catalog);
         let collection = blocking(move || catalog.create(&name, stored, runtime)).await?;
         Ok(Self::info(&CollectionEntry::Ready(collection)))
@@ -68,10 +83,18 @@ impl Engine {
         Ok(Self::info(&self.catalog.entry(name)?))
     }
 
-    pub async fn delete_collection(&self, name: &str) -> Result<()> {
+    /// Deletes the collection; returns the delete's log position on a replica (every replica
+    /// deletes it from the log; with it as a consistency token a read waits for that), else 0.
+    pub async fn delete_collection(&self, name: &str) -> Result<u64> {
+        if let Some(replication) = self.replication() {
+            let position = replication.publish_collection_deleted(name).await?;
+            self.wait_for_token(position).await?;
+            return Ok(position);
+        }
         let catalog = Arc::clone(&self.catalog);
         let name = name.to_string();
-        blocking(move || catalog.delete(&name)).await
+        blocking(move || catalog.delete(&name)).await?;
+        Ok(0)
     }
 
     /// What List/GetCollection report of one collection; never fails, so that one collection

@@ -7,9 +7,26 @@ use super::Engine;
 use crate::types::{CollectionInfo, CollectionState, RetrieveResult};
 
 impl Engine {
+    /// A replica's progress through the log (nothing on a single node).
+    fn record_replication_metrics(&self) {
+        let Some(replication) = self.replication() else {
+            return;
+        };
+        let progress = replication.state().progress();
+        let metrics = &self.metrics.replication;
+        metrics.applied_position.set(progress.applied as i64);
+        metrics.pending_entries.set(progress.pending as i64);
+        metrics
+            .lag_seconds
+            .set(progress.lag(std::time::SystemTime::now()).as_secs_f64());
+        metrics.stopped.set(i64::from(progress.stopped.is_some()));
+        metrics.retrying.set(i64::from(progress.retrying.is_some()));
+    }
+
     /// Publishes each collection's state and size and the writers' state to the metrics
     /// (called at scrape time).
     pub fn record_collection_metrics(&self) {
+        self.record_replication_metrics();
         let metrics = &self.metrics;
         metrics
             .index_writers_open

@@ -10,16 +10,18 @@
 //! - `retrieve.rs`: runs the query stages, timing each under its stage's name; the result cache.
 //! - `cache.rs`: the result and section caches.
 //! - `metrics.rs`: collection gauges published at scrape time; stage and cache metrics per query.
+//! - `replica.rs`: with replication, the applier of log entries and the reads of the log.
 
 pub mod cache;
 mod collections;
 mod metrics;
+mod replica;
 mod retrieve;
 mod write;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::chunk::{Strategy, Unit};
@@ -31,6 +33,9 @@ use crate::index::{
     Catalog, DataDirLock, DenseIndexConfig, Fault, OpenCollection, StoredSettings, WriterSettings,
     DENSE_SEARCH_WAIT_SECONDS,
 };
+/// A replica's progress through the write log (what its readiness follows).
+pub use crate::replication::Progress as ReplicaProgress;
+use crate::replication::{ApplyTask, Replication, VectorStamp};
 use crate::telemetry::Metrics;
 use crate::tokenizer::BudgetTokenizer;
 use crate::types::ChunkingSpec;
@@ -59,6 +64,10 @@ pub struct Engine {
     /// Collections whose per-collection series were published at the last scrape: a deleted
     /// collection's series are removed rather than left at their last value.
     published_collections: Mutex<BTreeSet<String>>,
+    /// With replication: the link to the log (set once by [`Engine::start_replication`]) and
+    /// the loop applying it.
+    replication: OnceLock<Arc<Replication>>,
+    apply_task: Mutex<Option<ApplyTask>>,
 }
 
 impl Engine {
@@ -103,7 +112,73 @@ impl Engine {
             caches,
             pool,
             published_collections: Mutex::new(BTreeSet::new()),
+            replication: OnceLock::new(),
+            apply_task: Mutex::new(None),
         })
+    }
+
+    /// With `replication.nats_url` set: connects to the log (in the background: reads are
+    /// served meanwhile) and starts applying it. Without, does nothing.
+    pub async fn start_replication(&self) -> Result<()> {
+        let config = &self.config.replication;
+        if !config.enabled() {
+            return Ok(());
+        }
+        let replication = Replication::connect(config, &self.config.storage.data_dir).await?;
+        let applier = replica::ReplicaApplier {
+            catalog: Arc::clone(&self.catalog),
+            models_dir: self.config.models.dir.clone(),
+            vectors: self.vector_stamp(),
+            metrics: Arc::clone(&self.metrics),
+        };
+        let task = replication.start(Arc::new(applier));
+        *self.apply_task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+        let _ = self.replication.set(replication);
+        tracing::info!(
+            url = config.nats_url,
+            stream = config.stream,
+            "replica of the write log"
+        );
+        Ok(())
+    }
+
+    /// With replication: this replica's progress, to follow (readiness), and the lag past which
+    /// it is not ready.
+    pub fn replica_progress(
+        &self,
+    ) -> Option<(tokio::sync::watch::Receiver<ReplicaProgress>, Duration)> {
+        let replication = self.replication.get()?;
+        Some((replication.state().subscribe(), replication.max_lag()))
+    }
+
+    /// Stops applying the log, after the batch in hand is committed.
+    pub async fn stop_replication(&self) {
+        let task = self
+            .apply_task
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(task) = task {
+            task.stop().await;
+        }
+    }
+
+    /// The model that makes this server's vectors, as log entries name it.
+    fn vector_stamp(&self) -> VectorStamp {
+        match (&self.embedder, self.config.models.dense) {
+            (Some(embedder), DenseModel::Static) => VectorStamp {
+                model: "static".into(),
+                dim: embedder.dim() as u32,
+            },
+            (Some(embedder), _) => VectorStamp {
+                model: "minilm".into(),
+                dim: embedder.dim() as u32,
+            },
+            (None, _) => VectorStamp {
+                model: String::new(),
+                dim: 0,
+            },
+        }
     }
 
     pub fn config(&self) -> &Config {

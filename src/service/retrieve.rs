@@ -26,12 +26,19 @@ struct QuerySettings {
 }
 
 impl Engine {
-    pub async fn retrieve(&self, query: RetrieveQuery) -> Result<RetrieveResult> {
+    /// Answers `query`; with a non-zero `consistency_token` (replication), only once this
+    /// replica has applied the log up to it.
+    pub async fn retrieve(
+        &self,
+        query: RetrieveQuery,
+        consistency_token: u64,
+    ) -> Result<RetrieveResult> {
         let started = Instant::now();
         validate::validate_query(&self.config.limits, &query)?;
+        self.wait_for_token(consistency_token).await?;
         let collection = self
-            .catalog
-            .get(&query.collection)
+            .collection_or_log(&query.collection)
+            .await
             .map_err(|error| error.naming_documents(&query.filter.doc_ids))?;
         let options = validate::resolve_chunking(
             &query.chunking,
@@ -48,6 +55,8 @@ impl Engine {
             self.config.retrieval.default_top_k,
         );
         let dense_watch = DenseStateWatch::start(&collection.index);
+        // Read before the snapshot: everything applied up to it is in the snapshot.
+        let log_position = self.applied_position();
         let snapshot = collection.index.snapshot();
         let key = ResultKey {
             incarnation: collection.extra.incarnation,
@@ -58,6 +67,7 @@ impl Engine {
             self.record_result_lookup(true);
             let mut result = (*cached).clone();
             result.cache_hit = true;
+            result.log_position = log_position;
             result.timings = vec![
                 ("cache", started.elapsed().as_micros() as u64),
                 ("total", started.elapsed().as_micros() as u64),
@@ -82,6 +92,7 @@ impl Engine {
             })
             .await?;
         result.generation = key.generation;
+        result.log_position = log_position;
         result
             .timings
             .push(("total", started.elapsed().as_micros() as u64));
@@ -211,6 +222,7 @@ fn run_query_stages(
         section_cache_misses,
         chunks_considered: candidates.len() as u32,
         chunks,
+        log_position: 0,
     })
 }
 

@@ -1,5 +1,6 @@
 //! Writes: upsert runs the stages of the ingest pipeline in order; delete and sync go straight to
-//! the collection's writer.
+//! the collection's writer. On a replica the records go to the write log instead, and every
+//! replica (this one included) applies them from there (see `replica`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,6 +13,8 @@ use crate::index::WriteOp;
 use crate::ingest::embed::{EmbedIdentity, ReusableVectors};
 use crate::ingest::section::SectionLimits;
 use crate::ingest::{embed, records, section, sentences, validate, SentencedDocument};
+use crate::replication::codec::{self, EncodedDocument};
+use crate::replication::Entry;
 use crate::types::{DocumentInput, WriteOutcome};
 
 impl Engine {
@@ -22,10 +25,14 @@ impl Engine {
         documents: Vec<DocumentInput>,
         wait: bool,
     ) -> Result<WriteOutcome> {
-        let collection = self.catalog.get(collection_name).map_err(|error| {
-            let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
-            error.naming_documents(&ids)
-        })?;
+        let collection = self
+            .collection_or_log(collection_name)
+            .await
+            .map_err(|error| {
+                let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
+                error.naming_documents(&ids)
+            })?;
+        self.check_replicated(&collection)?;
         validate::validate_batch(&self.config.limits, &documents)?;
         let limits = SectionLimits {
             section_tokens: collection.settings.section_tokens as usize,
@@ -52,13 +59,75 @@ impl Engine {
             documents: records.len() as u32,
             sections: records.iter().map(|r| r.sections.len() as u32).sum(),
             generation: 0,
+            consistency_token: 0,
         };
+        if self.replication().is_some() {
+            return self
+                .publish_upserts(&collection, records, wait, outcome)
+                .await;
+        }
         let ops = records.into_iter().map(WriteOp::Upsert).collect();
         let generation = await_write(collection.index.write(ops, wait)?).await?;
         Ok(WriteOutcome {
             generation,
             ..outcome
         })
+    }
+
+    /// On a replica: the records go to the log (encoded on the pool); with `wait`, the answer
+    /// waits until this replica has applied them.
+    async fn publish_upserts(
+        &self,
+        collection: &super::Collection,
+        records: Vec<crate::index::DocumentRecord>,
+        wait: bool,
+        outcome: WriteOutcome,
+    ) -> Result<WriteOutcome> {
+        let Some(replication) = self.replication() else {
+            return Err(LatheError::internal("publishing without replication"));
+        };
+        let name = collection.name.clone();
+        let vectors = self.vector_stamp();
+        let encoded = self
+            .pool
+            .run(move || {
+                Ok(records
+                    .into_iter()
+                    .map(|record| EncodedDocument {
+                        doc_id: record.doc_id.clone(),
+                        bytes: codec::encode(Entry::Upsert {
+                            collection: name.clone(),
+                            record,
+                            vectors: vectors.clone(),
+                        }),
+                    })
+                    .collect())
+            })
+            .await?;
+        let token = replication
+            .publish_documents(&collection.name, encoded)
+            .await?;
+        self.after_publish(collection, token, wait, outcome).await
+    }
+
+    /// The outcome of a write the log stored at `token`: with `wait`, once this replica applied
+    /// it, with the generation that shows it.
+    async fn after_publish(
+        &self,
+        collection: &super::Collection,
+        token: u64,
+        wait: bool,
+        outcome: WriteOutcome,
+    ) -> Result<WriteOutcome> {
+        let mut outcome = WriteOutcome {
+            consistency_token: token,
+            ..outcome
+        };
+        if wait {
+            self.wait_for_token(token).await?;
+            outcome.generation = collection.index.snapshot().generation;
+        }
+        Ok(outcome)
     }
 
     /// The embed stage (with a model) and the records stage, on the pool. Before embedding, the
@@ -119,9 +188,10 @@ impl Engine {
         wait: bool,
     ) -> Result<WriteOutcome> {
         let collection = self
-            .catalog
-            .get(collection_name)
+            .collection_or_log(collection_name)
+            .await
             .map_err(|error| error.naming_documents(&ids))?;
+        self.check_replicated(&collection)?;
         if let Some(i) = ids.iter().position(String::is_empty) {
             return Err(LatheError::invalid(
                 format!("ids[{i}]"),
@@ -129,6 +199,14 @@ impl Engine {
             ));
         }
         let documents = ids.len() as u32;
+        if let Some(replication) = self.replication() {
+            let token = replication.publish_deletes(&collection.name, &ids).await?;
+            let outcome = WriteOutcome {
+                documents,
+                ..WriteOutcome::default()
+            };
+            return self.after_publish(&collection, token, wait, outcome).await;
+        }
         let ops = ids
             .into_iter()
             .map(|doc_id| WriteOp::Delete { doc_id })
@@ -138,11 +216,18 @@ impl Engine {
             documents,
             sections: 0,
             generation,
+            consistency_token: 0,
         })
     }
 
-    pub async fn sync(&self, collection_name: &str) -> Result<u64> {
-        let collection = self.catalog.get(collection_name)?;
+    /// Makes what was written to the collection durable and visible; on a replica, waits until
+    /// the writes up to `token` are applied here. Returns the generation that shows them.
+    pub async fn sync(&self, collection_name: &str, token: u64) -> Result<u64> {
+        let collection = self.collection_or_log(collection_name).await?;
+        if self.replication().is_some() {
+            self.wait_for_token(token).await?;
+            return Ok(collection.index.snapshot().generation);
+        }
         await_write(collection.index.write(Vec::new(), true)?).await
     }
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod nats;
 pub mod serving_line;
 
 use std::path::{Path, PathBuf};

@@ -243,6 +243,19 @@ def test_a_zero_budget_is_invalid_argument_naming_token_budget(lathe: Lathe, doc
     assert raised.value.method == "Retrieve"
 
 
+def test_consistency_tokens_are_zero_and_refused_on_a_single_node(lathe: Lathe) -> None:
+    name = unique_name("tokens")
+    lathe.create_collection(name)
+    written = lathe.upsert(name, [Document(id="probe", text="A probe of tokens.")], wait=True)
+    assert written.consistency_token == 0
+    assert lathe.retrieve(name, "probe", budget=64).log_position == 0
+    with pytest.raises(LatheError) as raised:
+        lathe.retrieve(name, "probe", budget=64, consistency_token=3)
+    assert raised.value.code is grpc.StatusCode.FAILED_PRECONDITION
+    assert "consistency_token 3" in raised.value.details
+    assert lathe.delete_collection(name) == 0
+
+
 def test_errors_carry_their_grpc_codes(lathe: Lathe) -> None:
     with pytest.raises(LatheError) as missing:
         lathe.retrieve(unique_name("missing"), "anything", budget=10)

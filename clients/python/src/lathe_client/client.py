@@ -154,9 +154,12 @@ class Lathe:
         )
         return [_collection_from_proto(info) for info in response.collections]
 
-    def delete_collection(self, name: str) -> None:
+    def delete_collection(self, name: str) -> int:
+        """Deletes the collection; returns the delete's consistency token (0 on a single
+        node)."""
         request = lathe_pb2.DeleteCollectionRequest(name=name)
-        self._call("DeleteCollection", self._stub.DeleteCollection, request)
+        reply = self._call("DeleteCollection", self._stub.DeleteCollection, request)
+        return reply.consistency_token
 
     # -- documents ---------------------------------------------------------------------------
 
@@ -200,7 +203,7 @@ class Lathe:
         sizes = [len(p.text.encode("utf-8")) for p in protos]
         sizer = BatchSizer(first_batch_bytes, batch_seconds)
         started = time.monotonic()
-        stored = WriteResult(documents=0, sections=0, generation=0)
+        stored = WriteResult(documents=0, sections=0, generation=0, consistency_token=0)
         stored_bytes, next_document = 0, 0
         while next_document < len(protos):
             end = batch_end(sizes, next_document, sizer.batch_bytes, max(1, max_batch_documents))
@@ -223,6 +226,7 @@ class Lathe:
                 documents=stored.documents + written.documents,
                 sections=stored.sections + written.sections,
                 generation=written.generation,
+                consistency_token=max(stored.consistency_token, written.consistency_token),
             )
             stored_bytes += sent_bytes
             next_document = end
@@ -263,6 +267,7 @@ class Lathe:
         min_score: float | None = None,
         max_chunks_per_document: int | None = None,
         diversity: float | None = None,
+        consistency_token: int = 0,
     ) -> RetrieveResult:
         """Retrieves the top_k sections for `query`, re-chunks them and returns the best chunks
         whose token counts (in the collection's budget tokenizer) sum to at most `budget`.
@@ -270,7 +275,9 @@ class Lathe:
         `strategy`, `max_tokens` and `overlap_tokens` are shorthands for `chunking`; `metadata`
         (every key = value must match) and `doc_ids` filter the documents. `min_score` drops
         chunks scoring below it, `max_chunks_per_document` caps the chunks of one document, and
-        `diversity` (0..1, 0 = off) reorders chunks by maximal marginal relevance before packing."""
+        `diversity` (0..1, 0 = off) reorders chunks by maximal marginal relevance before packing.
+        With replication, `consistency_token` (a write's) makes the replica answer only once it
+        has applied that write."""
         if chunking is None:
             chunking = Chunking(
                 strategy=_strategy(strategy) if strategy is not None else ChunkStrategy.UNSPECIFIED,
@@ -285,6 +292,7 @@ class Lathe:
             token_budget=budget,
             chunking=_chunking_to_proto(chunking),
             order=_order(order),
+            consistency_token=consistency_token,
         )
         if top_k is not None:
             request.top_k = top_k
@@ -448,6 +456,7 @@ def _write_from_proto(response: lathe_pb2.WriteResponse) -> WriteResult:
         documents=response.documents,
         sections=response.sections,
         generation=response.generation,
+        consistency_token=response.consistency_token,
     )
 
 
@@ -484,4 +493,5 @@ def _retrieve_from_proto(response: lathe_pb2.RetrieveResponse) -> RetrieveResult
         sections_considered=response.sections_considered,
         chunks_considered=response.chunks_considered,
         timings=[StageTiming(t.stage, t.micros) for t in response.timings],
+        log_position=response.log_position,
     )

@@ -138,6 +138,9 @@ class WriteResult:
     sections: int
     # With wait=True: the index generation at which the write is visible; otherwise 0.
     generation: int
+    # With replication: the write's position in the log; pass it to `retrieve(...,
+    # consistency_token=)` on any replica to read the write there. 0 on a single node.
+    consistency_token: int = 0
 
 
 @dataclass(frozen=True)
@@ -199,3 +202,5 @@ class RetrieveResult:
     sections_considered: int
     chunks_considered: int
     timings: list[StageTiming]
+    # With replication: the log position the answering replica had applied. 0 on a single node.
+    log_position: int = 0

@@ -26,3 +26,79 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "lathe.apiKeysSecret" -}}
 {{- default (printf "%s-api-keys" (include "lathe.fullname" .)) .Values.apiKeys.existingSecret -}}
 {{- end -}}
+
+{{- define "lathe.natsName" -}}
+{{- printf "%s-nats" (include "lathe.fullname" .) | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The chart's own NATS cluster runs when replication is on and no natsUrl is given. */}}
+{{- define "lathe.natsBundled" -}}
+{{- if and .Values.replication.enabled (not .Values.replication.natsUrl) -}}true{{- end -}}
+{{- end -}}
+
+{{/* replication.nats_url: the given URL, or every server of the chart's NATS by its stable name. */}}
+{{- define "lathe.natsUrl" -}}
+{{- if .Values.replication.natsUrl -}}
+{{- .Values.replication.natsUrl -}}
+{{- else -}}
+{{- $name := include "lathe.natsName" . -}}
+{{- $urls := list -}}
+{{- range $i := until (int .Values.replication.nats.replicas) -}}
+{{- $urls = append $urls (printf "nats://%s-%d.%s-headless:4222" $name $i $name) -}}
+{{- end -}}
+{{- join "," $urls -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "lathe.natsSelectorLabels" -}}
+app.kubernetes.io/name: nats
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: nats
+{{- end -}}
+
+{{- define "lathe.natsLabels" -}}
+{{ include "lathe.natsSelectorLabels" . }}
+app.kubernetes.io/part-of: {{ include "lathe.name" . }}
+app.kubernetes.io/version: {{ .Values.replication.nats.image.tag | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* nats.conf of the chart's NATS cluster (the same file as deploy/k8s/nats/nats.conf). */}}
+{{- define "lathe.natsConf" -}}
+{{- $name := include "lathe.natsName" . -}}
+{{- $nats := .Values.replication.nats -}}
+# Unique and stable per pod (JetStream's Raft peers are named by it): the StatefulSet pod name.
+server_name: $POD_NAME
+port: 4222
+http_port: 8222
+pid_file: /var/run/nats/nats.pid
+# Document versions carry their text and a vector per sentence; Lathe splits larger ones into
+# parts (replication.max_message_bytes, 0 = this value).
+max_payload: {{ $nats.maxPayload }}
+# preStop (nats-server --signal ldm): no new clients, the connected ones moved over 30 s.
+lame_duck_grace_period: 10s
+lame_duck_duration: 30s
+
+jetstream {
+  # The pod's PersistentVolumeClaim; NATS writes under jetstream/.
+  store_dir: /data
+  max_file_store: {{ $nats.persistence.maxFileStore }}
+  # The write log is a file stream.
+  max_memory_store: 0
+}
+{{- if gt (int $nats.replicas) 1 }}
+
+cluster {
+  name: {{ $name }}
+  port: 6222
+  # Clients keep the stable names they were given, not pod IPs.
+  no_advertise: true
+  routes: [
+{{- range $i := until (int $nats.replicas) }}
+    nats://{{ $name }}-{{ $i }}.{{ $name }}-headless:6222
+{{- end }}
+  ]
+}
+{{- end }}
+{{- end -}}

@@ -154,8 +154,10 @@ class DeleteCollectionRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class DeleteCollectionResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("consistency_token",)
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    consistency_token: int
+    def __init__(self, consistency_token: _Optional[int] = ...) -> None: ...
 
 class SectionBoundary(_message.Message):
     __slots__ = ("start", "end", "title")
@@ -211,14 +213,16 @@ class DeleteDocumentsRequest(_message.Message):
     def __init__(self, collection: _Optional[str] = ..., ids: _Optional[_Iterable[str]] = ..., wait: _Optional[bool] = ...) -> None: ...
 
 class WriteResponse(_message.Message):
-    __slots__ = ("documents", "sections", "generation")
+    __slots__ = ("documents", "sections", "generation", "consistency_token")
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     SECTIONS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     documents: int
     sections: int
     generation: int
-    def __init__(self, documents: _Optional[int] = ..., sections: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
+    consistency_token: int
+    def __init__(self, documents: _Optional[int] = ..., sections: _Optional[int] = ..., generation: _Optional[int] = ..., consistency_token: _Optional[int] = ...) -> None: ...
 
 class ChunkingOptions(_message.Message):
     __slots__ = ("strategy", "max_tokens", "overlap_tokens", "unit", "separators", "semantic_threshold", "semantic_amount")
@@ -255,7 +259,7 @@ class Filter(_message.Message):
     def __init__(self, metadata: _Optional[_Iterable[_Union[MetadataTerm, _Mapping]]] = ..., doc_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RetrieveRequest(_message.Message):
-    __slots__ = ("collection", "query", "top_k", "token_budget", "chunking", "filter", "order", "min_score", "max_chunks_per_document", "diversity")
+    __slots__ = ("collection", "query", "top_k", "token_budget", "chunking", "filter", "order", "min_score", "max_chunks_per_document", "diversity", "consistency_token")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -266,6 +270,7 @@ class RetrieveRequest(_message.Message):
     MIN_SCORE_FIELD_NUMBER: _ClassVar[int]
     MAX_CHUNKS_PER_DOCUMENT_FIELD_NUMBER: _ClassVar[int]
     DIVERSITY_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     collection: str
     query: str
     top_k: int
@@ -276,7 +281,8 @@ class RetrieveRequest(_message.Message):
     min_score: float
     max_chunks_per_document: int
     diversity: float
-    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ..., token_budget: _Optional[int] = ..., chunking: _Optional[_Union[ChunkingOptions, _Mapping]] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., order: _Optional[_Union[ResultOrder, str]] = ..., min_score: _Optional[float] = ..., max_chunks_per_document: _Optional[int] = ..., diversity: _Optional[float] = ...) -> None: ...
+    consistency_token: int
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ..., token_budget: _Optional[int] = ..., chunking: _Optional[_Union[ChunkingOptions, _Mapping]] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., order: _Optional[_Union[ResultOrder, str]] = ..., min_score: _Optional[float] = ..., max_chunks_per_document: _Optional[int] = ..., diversity: _Optional[float] = ..., consistency_token: _Optional[int] = ...) -> None: ...
 
 class Span(_message.Message):
     __slots__ = ("start", "end")
@@ -344,7 +350,7 @@ class StageTiming(_message.Message):
     def __init__(self, stage: _Optional[str] = ..., micros: _Optional[int] = ...) -> None: ...
 
 class RetrieveResponse(_message.Message):
-    __slots__ = ("chunks", "tokens_used", "token_budget", "generation", "cache_hit", "timings", "sections_considered", "chunks_considered")
+    __slots__ = ("chunks", "tokens_used", "token_budget", "generation", "cache_hit", "timings", "sections_considered", "chunks_considered", "log_position")
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_USED_FIELD_NUMBER: _ClassVar[int]
     TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
@@ -353,6 +359,7 @@ class RetrieveResponse(_message.Message):
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     SECTIONS_CONSIDERED_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_CONSIDERED_FIELD_NUMBER: _ClassVar[int]
+    LOG_POSITION_FIELD_NUMBER: _ClassVar[int]
     chunks: _containers.RepeatedCompositeFieldContainer[RetrievedChunk]
     tokens_used: int
     token_budget: int
@@ -361,4 +368,5 @@ class RetrieveResponse(_message.Message):
     timings: _containers.RepeatedCompositeFieldContainer[StageTiming]
     sections_considered: int
     chunks_considered: int
-    def __init__(self, chunks: _Optional[_Iterable[_Union[RetrievedChunk, _Mapping]]] = ..., tokens_used: _Optional[int] = ..., token_budget: _Optional[int] = ..., generation: _Optional[int] = ..., cache_hit: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StageTiming, _Mapping]]] = ..., sections_considered: _Optional[int] = ..., chunks_considered: _Optional[int] = ...) -> None: ...
+    log_position: int
+    def __init__(self, chunks: _Optional[_Iterable[_Union[RetrievedChunk, _Mapping]]] = ..., tokens_used: _Optional[int] = ..., token_budget: _Optional[int] = ..., generation: _Optional[int] = ..., cache_hit: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StageTiming, _Mapping]]] = ..., sections_considered: _Optional[int] = ..., chunks_considered: _Optional[int] = ..., log_position: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,208 @@
+//! Replicas fed by a replicated write log on NATS JetStream (on when `replication.nats_url` is
+//! set; a single node otherwise, untouched by this module).
+//!
+//! The log is one JetStream stream that keeps one message per subject: a compacted log holding
+//! the latest state of every collection and the latest version of every document (subjects in
+//! `subjects`, entries in `proto/lathe/log/v1/log.proto`, converted by `codec`). A write is
+//! validated, sectioned and embedded once, by the replica that takes it, and published whole
+//! (`publish`); it is acknowledged once JetStream has stored it. Every replica — the one that
+//! published included — applies the stream in order (`apply`) into its own indexes: the position
+//! of the last applied entry is committed with each collection's index (tantivy's commit payload)
+//! and, once a batch is committed everywhere, in `<data_dir>/replica.json` (`position`), so a
+//! restart resumes exactly where it stopped. `state` is what a replica knows of its progress:
+//! read-your-writes waits, readiness, lag.
+//!
+//! # Layout
+//! - this file: [`Replication`]: the connection, the stream, and the calls the service makes.
+//! - `subjects`: subject names; `codec`: entries ⇄ domain types, checked.
+//! - `publish`: writes (inline, or split into parts for a version over one message).
+//! - `apply`: the apply loop and the [`Applier`] the service implements.
+//! - `position`: the replica's recorded position; `state`: its progress ([`Progress`]).
+//!
+//! May call: `index` (record and settings types), `embed` (vector checks), `config`, the leaves.
+//! Knows nothing of the pipeline, the service or gRPC.
+
+pub mod apply;
+pub mod codec;
+pub mod position;
+mod publish;
+pub mod state;
+mod subjects;
+
+#[allow(clippy::all, missing_docs)]
+mod proto {
+    include!(concat!(env!("OUT_DIR"), "/lathe.log.v1.rs"));
+}
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use tokio::sync::OnceCell;
+
+pub use apply::{Applier, ApplyTask, Positioned};
+pub use codec::{Entry, VectorStamp};
+pub use state::{Progress, ReplicaState};
+
+use crate::config::ReplicationConfig;
+use crate::error::{LatheError, Result};
+use subjects::Subjects;
+
+/// A message's headers and JetStream's own envelope take at most this much of `max_payload`.
+const ENVELOPE_BYTES: usize = 4096;
+
+/// This replica's link to the log.
+pub struct Replication {
+    config: ReplicationConfig,
+    client: async_nats::Client,
+    jetstream: jetstream::Context,
+    subjects: Subjects,
+    /// The stream, once it has been reached (created on first use).
+    stream: OnceCell<jetstream::stream::Stream>,
+    state: Arc<ReplicaState>,
+    data_dir: PathBuf,
+}
+
+impl Replication {
+    /// Connects to NATS (in the background: the server starts and serves reads while NATS is
+    /// unreachable, and writes answer UNAVAILABLE naming the URL until it is reached).
+    pub async fn connect(config: &ReplicationConfig, data_dir: &Path) -> Result<Arc<Self>> {
+        let url = config.nats_url.trim().to_string();
+        let servers: Vec<async_nats::ServerAddr> = url
+            .split(',')
+            .map(|server| {
+                server.trim().parse().map_err(|e| {
+                    LatheError::invalid(
+                        "replication.nats_url",
+                        format!("`{server}` is not a NATS URL: {e}"),
+                    )
+                })
+            })
+            .collect::<Result<_>>()?;
+        let events_url = url.clone();
+        let client = async_nats::ConnectOptions::new()
+            .name("lathe")
+            .retry_on_initial_connect()
+            .connection_timeout(Duration::from_secs(5))
+            .event_callback(move |event| {
+                let url = events_url.clone();
+                async move { log_connection_event(&url, &event) }
+            })
+            .connect(servers)
+            .await
+            .map_err(|e| log_unavailable(&url, e))?;
+        let mut jetstream = jetstream::new(client.clone());
+        jetstream.set_timeout(Duration::from_millis(config.publish_timeout_ms));
+        Ok(Arc::new(Self {
+            subjects: Subjects::new(&config.stream),
+            config: config.clone(),
+            client,
+            jetstream,
+            stream: OnceCell::new(),
+            state: Arc::new(ReplicaState::new(&url)),
+            data_dir: data_dir.to_path_buf(),
+        }))
+    }
+
+    pub fn url(&self) -> &str {
+        self.config.nats_url.trim()
+    }
+
+    pub fn state(&self) -> &Arc<ReplicaState> {
+        &self.state
+    }
+
+    pub fn max_lag(&self) -> Duration {
+        Duration::from_secs(self.config.max_lag_seconds)
+    }
+
+    /// The stream, created with the log's settings on first use; an existing stream whose
+    /// settings would break the log (more than one message per subject, other subjects) is
+    /// refused rather than used.
+    async fn stream(&self) -> Result<&jetstream::stream::Stream> {
+        self.check_connected()?;
+        self.stream
+            .get_or_try_init(|| async {
+                let wanted = jetstream::stream::Config {
+                    name: self.config.stream.clone(),
+                    subjects: self.subjects.stream_subjects(),
+                    max_messages_per_subject: 1,
+                    storage: jetstream::stream::StorageType::File,
+                    num_replicas: self.config.stream_replicas,
+                    allow_direct: true,
+                    ..Default::default()
+                };
+                let stream = self
+                    .jetstream
+                    .get_or_create_stream(wanted.clone())
+                    .await
+                    .map_err(|e| log_unavailable(self.url(), e))?;
+                check_stream(&stream.cached_info().config, &wanted)?;
+                Ok(stream)
+            })
+            .await
+    }
+
+    fn check_connected(&self) -> Result<()> {
+        match self.client.connection_state() {
+            async_nats::connection::State::Connected => Ok(()),
+            state => Err(log_unavailable(
+                self.url(),
+                format!("not connected ({state})"),
+            )),
+        }
+    }
+
+    /// Largest message this replica publishes: the configured size, at most what the server
+    /// takes.
+    fn max_message_bytes(&self) -> usize {
+        let server = self.client.server_info().max_payload;
+        let server = if server == 0 { 1 << 20 } else { server };
+        let configured = match self.config.max_message_bytes {
+            0 => server,
+            bytes => bytes.min(server),
+        };
+        configured.saturating_sub(ENVELOPE_BYTES).max(1024)
+    }
+}
+
+/// The settings the log depends on: one message per subject (else the stream is not a
+/// compacted log and replicas would replay every old version) and its subjects.
+fn check_stream(
+    found: &jetstream::stream::Config,
+    wanted: &jetstream::stream::Config,
+) -> Result<()> {
+    let mut found_subjects = found.subjects.clone();
+    found_subjects.sort();
+    let mut wanted_subjects = wanted.subjects.clone();
+    wanted_subjects.sort();
+    if found.max_messages_per_subject == 1 && found_subjects == wanted_subjects {
+        return Ok(());
+    }
+    Err(LatheError::Precondition(format!(
+        "the JetStream stream `{}` exists with max_msgs_per_subject {} and subjects {:?}; the log needs 1 and {:?}: name another replication.stream, or delete that stream",
+        found.name, found.max_messages_per_subject, found.subjects, wanted.subjects
+    )))
+}
+
+fn log_unavailable(url: &str, cause: impl std::fmt::Display) -> LatheError {
+    LatheError::LogUnavailable {
+        url: url.to_string(),
+        cause: cause.to_string(),
+        stored: None,
+    }
+}
+
+fn log_connection_event(url: &str, event: &async_nats::Event) {
+    match event {
+        async_nats::Event::Connected => tracing::info!(url, "connected to the write log"),
+        async_nats::Event::Disconnected => {
+            tracing::warn!(
+                url,
+                "disconnected from the write log; writes answer UNAVAILABLE, reads go on"
+            )
+        }
+        other => tracing::warn!(url, event = %other, "write log connection"),
+    }
+}

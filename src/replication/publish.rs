@@ -1,0 +1,334 @@
+//! Writing to the log. A write is acknowledged once JetStream has stored it; the position it
+//! returns is the stream sequence of its last entry (the write's consistency token).
+//!
+//! A document version larger than one message is published as parts on subjects of their own,
+//! then a `DocumentParts` entry on the document's subject names them by sequence. That entry is
+//! published with `Nats-Expected-Last-Subject-Sequence` set to the document's last sequence read
+//! before the parts were sent: if another version was stored meanwhile, it is refused and the
+//! whole publication is made again, so a stored parts entry never names parts that a later
+//! publication purged. Once it is stored, every part of the document older than its own first
+//! part (earlier versions', and parts of publications that never got their entry stored) is
+//! purged; a tombstone purges them all. Parts of a split version replaced by an inline one stay
+//! until the document is next written split, deleted, or its collection deleted.
+
+use async_nats::jetstream;
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
+use futures::future::join_all;
+
+use super::codec::{self, Decoded, EncodedDocument, Entry, PartsRef};
+use super::{log_unavailable, Replication};
+use crate::error::{LatheError, Result};
+
+/// Publications of one split version retried after another version won the race.
+const SPLIT_ATTEMPTS: usize = 4;
+
+impl Replication {
+    /// Publishes one version per document (encoded `Entry::Upsert`s); returns the position of
+    /// the last. Entries are sent together and their acknowledgements awaited together. On a
+    /// failure the error says which documents the log stored: upserts are idempotent, so the
+    /// caller resends the batch.
+    pub async fn publish_documents(
+        &self,
+        collection: &str,
+        documents: Vec<EncodedDocument>,
+    ) -> Result<u64> {
+        let stream = self.stream().await?;
+        let max = self.max_message_bytes();
+        let ids: Vec<String> = documents.iter().map(|d| d.doc_id.clone()).collect();
+        let publications = documents.into_iter().map(|document| async move {
+            let subject = self.subjects.document(collection, &document.doc_id);
+            if document.bytes.len() <= max {
+                self.publish_one(
+                    subject,
+                    PublishMessage::build().payload(document.bytes.into()),
+                )
+                .await
+            } else {
+                self.publish_split(stream, collection, document, max).await
+            }
+        });
+        let outcomes = join_all(publications).await;
+        settle(self.url(), &ids, outcomes)
+    }
+
+    /// Publishes a tombstone per document and purges their parts; returns the last position.
+    pub async fn publish_deletes(&self, collection: &str, ids: &[String]) -> Result<u64> {
+        let stream = self.stream().await?;
+        let publications = ids.iter().map(|doc_id| async move {
+            let entry = codec::encode(Entry::Delete {
+                collection: collection.to_string(),
+                doc_id: doc_id.clone(),
+            });
+            let subject = self.subjects.document(collection, doc_id);
+            let position = self
+                .publish_one(subject, PublishMessage::build().payload(entry.into()))
+                .await?;
+            let parts = self.subjects.parts_of_document(collection, doc_id);
+            purge_before(stream, self.url(), parts, position).await?;
+            Ok(position)
+        });
+        let outcomes = join_all(publications).await;
+        settle(self.url(), ids, outcomes)
+    }
+
+    /// Publishes a collection if the log holds none of that name (checked by JetStream against
+    /// the collection subject's last sequence, so two replicas creating it at once cannot both
+    /// succeed); returns its position, which is the collection's incarnation.
+    pub async fn publish_collection_created(&self, entry: Entry) -> Result<u64> {
+        let name = entry.collection().to_string();
+        let subject = self.subjects.collection(&name);
+        let last = match self.last_collection_entry(&name).await? {
+            Some((_, Entry::CollectionCreated { .. })) => {
+                return Err(LatheError::CollectionExists { name })
+            }
+            Some((position, _)) => position,
+            None => 0,
+        };
+        let message = PublishMessage::build()
+            .payload(codec::encode(entry).into())
+            .expected_last_subject_sequence(last);
+        match self.send(subject, message).await {
+            Err(PublishFailure::Raced) => Err(LatheError::CollectionExists { name }),
+            Err(PublishFailure::Other(error)) => Err(error),
+            Ok(position) => Ok(position),
+        }
+    }
+
+    /// Publishes a collection's tombstone, then purges its documents and parts up to it;
+    /// returns its position. NOT_FOUND when the log holds no such collection.
+    pub async fn publish_collection_deleted(&self, name: &str) -> Result<u64> {
+        let stream = self.stream().await?;
+        if !matches!(
+            self.last_collection_entry(name).await?,
+            Some((_, Entry::CollectionCreated { .. }))
+        ) {
+            return Err(LatheError::CollectionNotFound {
+                name: name.to_string(),
+            });
+        }
+        let entry = codec::encode(Entry::CollectionDeleted {
+            name: name.to_string(),
+        });
+        let position = self
+            .publish_one(
+                self.subjects.collection(name),
+                PublishMessage::build().payload(entry.into()),
+            )
+            .await?;
+        for subject in [
+            self.subjects.documents_of(name),
+            self.subjects.parts_of(name),
+        ] {
+            purge_before(stream, self.url(), subject, position).await?;
+        }
+        Ok(position)
+    }
+
+    /// The position of collection `name` in the log when the log holds it (created and not
+    /// deleted since).
+    pub async fn collection_position(&self, name: &str) -> Result<Option<u64>> {
+        Ok(match self.last_collection_entry(name).await? {
+            Some((position, Entry::CollectionCreated { .. })) => Some(position),
+            _ => None,
+        })
+    }
+
+    async fn last_collection_entry(&self, name: &str) -> Result<Option<(u64, Entry)>> {
+        let stream = self.stream().await?;
+        let message = match stream
+            .get_last_raw_message_by_subject(&self.subjects.collection(name))
+            .await
+        {
+            Ok(message) => message,
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+            Err(e) => return Err(log_unavailable(self.url(), e)),
+        };
+        match codec::decode(&message.payload) {
+            Ok(Decoded::Entry(entry)) => Ok(Some((message.sequence, entry))),
+            Ok(Decoded::Parts(_)) | Err(_) => Err(LatheError::internal(format!(
+                "the log's entry {} for collection `{name}` is not a collection entry",
+                message.sequence
+            ))),
+        }
+    }
+
+    async fn publish_one(&self, subject: String, message: PublishMessage) -> Result<u64> {
+        self.send(subject, message)
+            .await
+            .map_err(|failure| match failure {
+                PublishFailure::Raced => {
+                    LatheError::internal("an unconditional publish was refused")
+                }
+                PublishFailure::Other(error) => error,
+            })
+    }
+
+    async fn send(
+        &self,
+        subject: String,
+        message: PublishMessage,
+    ) -> std::result::Result<u64, PublishFailure> {
+        self.check_connected().map_err(PublishFailure::Other)?;
+        let acknowledged = async { self.jetstream.send_publish(subject, message).await?.await };
+        match acknowledged.await {
+            Ok(ack) => Ok(ack.sequence),
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Err(PublishFailure::Raced),
+            Err(e) => Err(PublishFailure::Other(log_unavailable(self.url(), e))),
+        }
+    }
+
+    /// Parts, then the entry naming them (see the module doc); retried when another version of
+    /// the document was stored in between.
+    async fn publish_split(
+        &self,
+        stream: &jetstream::stream::Stream,
+        collection: &str,
+        document: EncodedDocument,
+        max: usize,
+    ) -> Result<u64> {
+        let hash = *blake3::hash(&document.bytes).as_bytes();
+        let doc_subject = self.subjects.document(collection, &document.doc_id);
+        for _ in 0..SPLIT_ATTEMPTS {
+            let last = match stream.get_last_raw_message_by_subject(&doc_subject).await {
+                Ok(message) => message.sequence,
+                Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => 0,
+                Err(e) => return Err(log_unavailable(self.url(), e)),
+            };
+            let publication = format!("{:016x}", rand::random::<u64>());
+            let mut sequences = Vec::new();
+            for (k, part) in document.bytes.chunks(max).enumerate() {
+                let subject = self
+                    .subjects
+                    .part(collection, &document.doc_id, &publication, k);
+                let message = PublishMessage::build().payload(part.to_vec().into());
+                sequences.push(self.publish_one(subject, message).await?);
+            }
+            let first_part = sequences[0];
+            let head = codec::encode_parts(PartsRef {
+                collection: collection.to_string(),
+                doc_id: document.doc_id.clone(),
+                sequences: sequences.clone(),
+                total_bytes: document.bytes.len() as u64,
+                blake3: hash,
+            });
+            let message = PublishMessage::build()
+                .payload(head.into())
+                .expected_last_subject_sequence(last);
+            match self.send(doc_subject.clone(), message).await {
+                Ok(position) => {
+                    let parts = self
+                        .subjects
+                        .parts_of_document(collection, &document.doc_id);
+                    purge_before(stream, self.url(), parts, first_part).await?;
+                    return Ok(position);
+                }
+                Err(PublishFailure::Raced) => {
+                    for sequence in sequences {
+                        // Best effort: what is left is purged by the document's next write.
+                        let _ = stream.delete_message(sequence).await;
+                    }
+                }
+                Err(PublishFailure::Other(error)) => return Err(error),
+            }
+        }
+        Err(LatheError::Unavailable(format!(
+            "document `{}` was written by others {SPLIT_ATTEMPTS} times while this version was being published; resend it",
+            document.doc_id
+        )))
+    }
+}
+
+enum PublishFailure {
+    /// JetStream refused an entry whose subject moved on since it was read.
+    Raced,
+    Other(LatheError),
+}
+
+/// Purges the messages of `subject` (a filter) stored before `position`.
+async fn purge_before(
+    stream: &jetstream::stream::Stream,
+    url: &str,
+    subject: String,
+    position: u64,
+) -> Result<()> {
+    stream
+        .purge()
+        .filter(subject)
+        .sequence(position)
+        .await
+        .map(|_| ())
+        .map_err(|e| log_unavailable(url, e))
+}
+
+/// The last position of a batch, or an error that says which documents the log stored.
+fn settle(url: &str, ids: &[String], outcomes: Vec<Result<u64>>) -> Result<u64> {
+    let stored: Vec<&str> = ids
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, outcome)| outcome.is_ok())
+        .map(|(id, _)| id.as_str())
+        .collect();
+    let mut last = 0;
+    let mut first_error = None;
+    for outcome in outcomes {
+        match outcome {
+            Ok(position) => last = last.max(position),
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    let Some(error) = first_error else {
+        return Ok(last);
+    };
+    if stored.is_empty() {
+        return Err(error);
+    }
+    let cause = match error {
+        LatheError::LogUnavailable { cause, .. } => cause,
+        other => other.to_string(),
+    };
+    Err(LatheError::LogUnavailable {
+        url: url.to_string(),
+        cause,
+        stored: Some(format!(
+            "{} of {} documents were stored, up to position {last}: {}; resend the batch, upserts are idempotent",
+            stored.len(),
+            ids.len(),
+            stored.iter().take(10).map(|id| format!("`{id}`")).collect::<Vec<_>>().join(", ")
+        )),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_stored_in_part_says_which_documents_were_stored() {
+        let ids = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+        let unavailable = || log_unavailable("nats://n:4222", "timed out");
+        assert_eq!(settle("u", &ids, vec![Ok(3), Ok(5), Ok(4)]).unwrap(), 5);
+        let error = settle(
+            "nats://n:4222",
+            &ids,
+            vec![Ok(3), Err(unavailable()), Ok(4)],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("nats://n:4222")
+                && error.contains("2 of 3 documents were stored, up to position 4: `a`, `c`")
+                && error.contains("resend"),
+            "{error}"
+        );
+        let none = settle(
+            "u",
+            &ids,
+            vec![Err(unavailable()), Err(unavailable()), Err(unavailable())],
+        );
+        assert!(!none.unwrap_err().to_string().contains("were stored"));
+    }
+}

@@ -1,0 +1,244 @@
+//! The service's side of replication (on when `replication.nats_url` is set): the applier that
+//! turns log entries into collection changes on this replica, and the engine's calls that read
+//! the log (a collection another replica created, a read after a consistency token).
+//!
+//! Applying is exactly once per collection: an entry is applied only to the collection's
+//! current incarnation (its position is above the collection's creating entry) and only once
+//! (above the position the collection's last commit recorded, see
+//! `CollectionIndex::log_position`). Document entries are grouped per collection and committed
+//! with one `wait` write per collection per batch; a collection entry first commits what came
+//! before it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{runtime_for, Collection, CollectionRuntime, Engine};
+use crate::error::{LatheError, Result};
+use crate::index::{Catalog, CollectionEntry, StoredSettings, WriteOp};
+use crate::replication::{Applier, Entry, Positioned, Replication, VectorStamp};
+use crate::telemetry::Metrics;
+
+/// Applies log entries to this replica's catalog.
+pub(super) struct ReplicaApplier {
+    pub catalog: Arc<Catalog<CollectionRuntime>>,
+    pub models_dir: std::path::PathBuf,
+    /// This replica's model: entries whose vectors another model made cannot be applied.
+    pub vectors: VectorStamp,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Document writes of one batch, per collection, waiting for their commit.
+#[derive(Default)]
+struct PendingWrites {
+    by_collection: BTreeMap<String, (Arc<Collection>, Vec<WriteOp>, u64)>,
+}
+
+impl PendingWrites {
+    fn push(&mut self, collection: Arc<Collection>, op: WriteOp, position: u64) {
+        let pending = self
+            .by_collection
+            .entry(collection.name.clone())
+            .or_insert_with(|| (collection, Vec::new(), position));
+        pending.1.push(op);
+        pending.2 = position;
+    }
+
+    /// Hands every collection its writes (they commit side by side), then waits for them all.
+    fn commit(&mut self) -> Result<()> {
+        let receivers = std::mem::take(&mut self.by_collection)
+            .into_values()
+            .map(|(collection, ops, position)| collection.index.write_logged(ops, position))
+            .collect::<Result<Vec<_>>>()?;
+        for receiver in receivers {
+            receiver.blocking_recv().map_err(|_| {
+                LatheError::Unavailable("a collection's writer stopped before committing".into())
+            })??;
+        }
+        Ok(())
+    }
+}
+
+impl Applier for ReplicaApplier {
+    fn apply(&self, batch: &[Positioned]) -> Result<()> {
+        let mut pending = PendingWrites::default();
+        for Positioned { position, entry } in batch {
+            let position = *position;
+            match entry {
+                Entry::CollectionCreated { name, settings } => {
+                    pending.commit()?;
+                    self.create(name, settings, position)?;
+                }
+                Entry::CollectionDeleted { name } => {
+                    pending.commit()?;
+                    self.delete(name, position)?;
+                }
+                Entry::Upsert {
+                    collection,
+                    record,
+                    vectors,
+                } => {
+                    self.check_vectors(vectors, position)?;
+                    if let Some(target) = self.target(collection, position) {
+                        pending.push(target, WriteOp::Upsert(record.clone()), position);
+                    }
+                }
+                Entry::Delete { collection, doc_id } => {
+                    if let Some(target) = self.target(collection, position) {
+                        let op = WriteOp::Delete {
+                            doc_id: doc_id.clone(),
+                        };
+                        pending.push(target, op, position);
+                    }
+                }
+            }
+        }
+        pending.commit()
+    }
+}
+
+impl ReplicaApplier {
+    /// The collection a document entry at `position` applies to, or `None` (counted by why)
+    /// when it applies to none here.
+    fn target(&self, name: &str, position: u64) -> Option<Arc<Collection>> {
+        let outcome = match self.catalog.entry(name) {
+            Err(_) => Err("no_collection"),
+            Ok(CollectionEntry::Faulted(_)) => Err("collection_unavailable"),
+            Ok(CollectionEntry::Ready(collection)) => match collection.settings.log_created {
+                None => Err("not_replicated"),
+                Some(created) if position <= created => Err("earlier_incarnation"),
+                Some(_) if position <= collection.index.log_position() => Err("already_applied"),
+                Some(_) => Ok(collection),
+            },
+        };
+        let label = match &outcome {
+            Ok(_) => "applied",
+            Err(why) => why,
+        };
+        self.metrics
+            .replication
+            .entries
+            .with_label_values(&[label])
+            .inc();
+        outcome.ok()
+    }
+
+    /// Creates the collection at `position` (its incarnation) unless it is here already; an
+    /// earlier incarnation here (deleted in the log meanwhile) is deleted first.
+    fn create(&self, name: &str, settings: &StoredSettings, position: u64) -> Result<()> {
+        match self.catalog.entry(name) {
+            Err(LatheError::CollectionNotFound { .. }) => {}
+            Err(error) => return Err(error),
+            Ok(entry) => match created_at(&entry) {
+                Some(created) if created >= position => return Ok(()),
+                Some(_) => self.catalog.delete(name)?,
+                None => {
+                    tracing::error!(collection = name, position, "the log creates a collection that exists here from before replication was on; it is left as it is and the log's is not applied here");
+                    return Ok(());
+                }
+            },
+        }
+        let stored = StoredSettings {
+            log_created: Some(position),
+            ..settings.clone()
+        };
+        let runtime = runtime_for(&stored, &self.models_dir)?;
+        self.catalog.create(name, stored, runtime)?;
+        tracing::info!(
+            collection = name,
+            position,
+            "collection created from the log"
+        );
+        Ok(())
+    }
+
+    /// Deletes the collection's incarnations older than the tombstone at `position`.
+    fn delete(&self, name: &str, position: u64) -> Result<()> {
+        match self.catalog.entry(name) {
+            Ok(entry) if created_at(&entry).is_some_and(|created| created < position) => {
+                self.catalog.delete(name)?;
+                tracing::info!(
+                    collection = name,
+                    position,
+                    "collection deleted from the log"
+                );
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Vectors of another model (or dimension) cannot go into this replica's indexes: a
+    /// configuration error, which stops the apply loop (FAILED_PRECONDITION).
+    fn check_vectors(&self, vectors: &VectorStamp, position: u64) -> Result<()> {
+        if vectors.dim == 0 || *vectors == self.vectors {
+            return Ok(());
+        }
+        Err(LatheError::Precondition(format!(
+            "entry {position} carries {}-dimension vectors of model `{}`, this replica runs `{}` ({} dimensions): every replica must run the same models.dense",
+            vectors.dim, vectors.model, self.vectors.model, self.vectors.dim
+        )))
+    }
+}
+
+/// The log position that created the collection here; `None` for one from before replication.
+fn created_at(entry: &CollectionEntry<CollectionRuntime>) -> Option<u64> {
+    match entry {
+        CollectionEntry::Ready(collection) => collection.settings.log_created,
+        CollectionEntry::Faulted(faulted) => faulted.settings.as_ref()?.log_created,
+    }
+}
+
+impl Engine {
+    /// The replication link, when this server is a replica.
+    pub(super) fn replication(&self) -> Option<&Arc<Replication>> {
+        self.replication.get()
+    }
+
+    /// The collection `name`; on a replica, one the log holds but this replica has not applied
+    /// yet is waited for (within the call's deadline).
+    pub(super) async fn collection_or_log(&self, name: &str) -> Result<Arc<Collection>> {
+        match (self.catalog.get(name), self.replication()) {
+            (Err(LatheError::CollectionNotFound { .. }), Some(replication)) => {
+                let Some(position) = replication.collection_position(name).await? else {
+                    return Err(LatheError::CollectionNotFound {
+                        name: name.to_string(),
+                    });
+                };
+                replication.state().wait_applied(position).await?;
+                self.catalog.get(name)
+            }
+            (found, _) => found,
+        }
+    }
+
+    /// A write on a replica goes to a collection the log holds.
+    pub(super) fn check_replicated(&self, collection: &Collection) -> Result<()> {
+        if self.replication().is_none() || collection.settings.log_created.is_some() {
+            return Ok(());
+        }
+        Err(LatheError::Precondition(format!(
+            "collection `{}` was created before replication was on, so the write log does not hold it and no other replica has it; create a new collection and upsert its documents there",
+            collection.name
+        )))
+    }
+
+    /// Waits until this replica has applied the log up to `token` (a write's consistency
+    /// token); a single node has no log to wait on.
+    pub(super) async fn wait_for_token(&self, token: u64) -> Result<()> {
+        if token == 0 {
+            return Ok(());
+        }
+        match self.replication() {
+            Some(replication) => replication.state().wait_applied(token).await,
+            None => Err(LatheError::Precondition(format!(
+                "consistency_token {token} was given, but this server runs without replication (replication.nats_url is empty); leave it 0"
+            ))),
+        }
+    }
+
+    /// The position this replica has applied (0 on a single node).
+    pub(super) fn applied_position(&self) -> u64 {
+        self.replication()
+            .map_or(0, |replication| replication.state().progress().applied)
+    }
+}

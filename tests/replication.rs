@@ -1,0 +1,731 @@
+//! Replicas fed by the write log on NATS JetStream: real `lathe serve` processes (static vectors)
+//! and a real `nats-server -js` on loopback (Debian's package; see `common::nats`).
+//!
+//! - Writes go to any replica, and every replica answers them once it has applied the write's
+//!   consistency token; all replicas answer the same chunks, offsets and scores at the same log
+//!   position; a version too large for one NATS message travels in parts.
+//! - A replica killed with SIGKILL in the middle of a 1,000-document ingest converges after its
+//!   restart, no document missing or doubled; a new replica with an empty data dir converges to
+//!   the same answers.
+//! - `nats-server` killed with SIGKILL during writes: every acknowledged write is there after it
+//!   restarts, writes meanwhile get UNAVAILABLE naming the URL, reads never fail.
+//! - An entry that cannot be decoded stops applying loudly (NOT_SERVING, an ERROR naming the
+//!   entry, UNAVAILABLE for tokens past it), also after a restart: it is never skipped.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::binary;
+use common::nats::Nats;
+use lathe::api::proto;
+use lathe::api::proto::lathe_client::LatheClient;
+use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+/// One `lathe serve` replica of the log at `nats`.
+struct Replica {
+    server: binary::Server,
+    client: LatheClient<Channel>,
+}
+
+impl Replica {
+    /// Starts a replica on `data_dir` and waits until it serves its gRPC port (not until it is
+    /// ready: see [`Replica::until_ready`]).
+    async fn start(data_dir: &Path, nats: &Nats) -> Self {
+        let server = binary::start(data_dir, &replica_variables(&nats.url()));
+        let client = binary::connect(&server.address).await;
+        Self { server, client }
+    }
+
+    async fn start_ready(data_dir: &Path, nats: &Nats) -> Self {
+        let replica = Self::start(data_dir, nats).await;
+        replica.until_ready(Duration::from_secs(120)).await;
+        replica
+    }
+
+    async fn health(&self) -> ServingStatus {
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", self.server.address))
+                .unwrap()
+                .connect()
+                .await
+                .expect("connect for health");
+        let status = HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: "lathe.v1.Lathe".into(),
+            })
+            .await
+            .expect("health check")
+            .into_inner()
+            .status;
+        ServingStatus::try_from(status).expect("a serving status")
+    }
+
+    /// Waits until the replica reports SERVING (it has caught up with the log).
+    async fn until_ready(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.health().await != ServingStatus::Serving {
+            assert!(
+                Instant::now() < deadline,
+                "replica not ready within {limit:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.server.child.kill();
+        let _ = self.server.child.wait();
+    }
+
+    /// The first log position the replica's apply loop asked the log for.
+    fn followed_from(&self) -> u64 {
+        let line = self
+            .server
+            .startup_log
+            .iter()
+            .find(|line| line.contains("reading the write log from its position"))
+            .cloned()
+            .unwrap_or_else(|| {
+                binary::wait_for_line(
+                    &self.server.log,
+                    "reading the write log from its position",
+                    Duration::from_secs(30),
+                )
+            });
+        let from = line
+            .split("\"from\":")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|digits| digits.parse().ok());
+        from.unwrap_or_else(|| panic!("no position in {line}"))
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn replica_variables(url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("LATHE_REPLICATION__NATS_URL", url.to_string()),
+        ("LATHE_REPLICATION__PUBLISH_TIMEOUT_MS", "2000".into()),
+        ("LATHE_MODELS__DENSE", "static".into()),
+        ("LATHE_STORAGE__COMMIT_INTERVAL_MS", "200".into()),
+    ]
+}
+
+/// A document of `words` pseudo-random words (seeded by `doc`) from a vocabulary of 144, in
+/// sentences of 6 to 13 words: no two documents or sections alike, so that no ranking rests on
+/// exact ties.
+fn text_of(doc: usize, words: usize) -> String {
+    const ONSETS: [&str; 12] = [
+        "lat", "spin", "chu", "tail", "car", "gear", "cool", "bear", "col", "tur", "fe", "thre",
+    ];
+    const CODAS: [&str; 12] = [
+        "he", "dle", "ck", "stock", "riage", "box", "ant", "ing", "let", "ret", "ed", "ad",
+    ];
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ (doc as u64).wrapping_mul(0x2545_f491_4f6c_dd1d);
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut text = format!(
+        "Document {doc} is about the {}{}. ",
+        ONSETS[doc % 12],
+        CODAS[doc / 12 % 12]
+    );
+    let mut sentence = 0;
+    for _ in 0..words {
+        let word = next();
+        text.push_str(ONSETS[(word % 12) as usize]);
+        text.push_str(CODAS[(word / 12 % 12) as usize]);
+        sentence += 1;
+        if sentence >= 6 + (word / 144 % 8) as usize {
+            text.push_str(". ");
+            sentence = 0;
+        } else {
+            text.push(' ');
+        }
+    }
+    text
+}
+
+fn documents(ids: std::ops::Range<usize>, words: usize) -> Vec<proto::Document> {
+    ids.map(|doc| {
+        common::document(
+            &format!("doc{doc}"),
+            &text_of(doc, words),
+            proto::DocumentFormat::Plain,
+        )
+    })
+    .collect()
+}
+
+async fn create(client: &mut LatheClient<Channel>, name: &str) {
+    client
+        .create_collection(proto::CreateCollectionRequest {
+            name: name.into(),
+            settings: None,
+        })
+        .await
+        .expect("create collection");
+}
+
+async fn write(
+    client: &mut LatheClient<Channel>,
+    collection: &str,
+    documents: Vec<proto::Document>,
+) -> u64 {
+    let reply = client
+        .upsert_documents(proto::UpsertDocumentsRequest {
+            collection: collection.into(),
+            documents,
+            wait: false,
+        })
+        .await
+        .expect("upsert")
+        .into_inner();
+    assert!(
+        reply.consistency_token > 0,
+        "a replicated write has a token"
+    );
+    reply.consistency_token
+}
+
+/// A Retrieve of `query` read at `token`.
+fn read_at(collection: &str, query: &str, token: u64) -> proto::RetrieveRequest {
+    proto::RetrieveRequest {
+        consistency_token: token,
+        ..common::retrieve_request(collection, query, 512)
+    }
+}
+
+/// The documents a Retrieve restricted to `ids` returns, read at `token`.
+async fn present(
+    client: &mut LatheClient<Channel>,
+    collection: &str,
+    ids: &[String],
+    token: u64,
+) -> BTreeSet<String> {
+    let mut request = read_at(collection, "document", token);
+    request.token_budget = 32_768;
+    request.top_k = Some(100);
+    request.filter = Some(proto::Filter {
+        metadata: Vec::new(),
+        doc_ids: ids.to_vec(),
+    });
+    let reply = client
+        .retrieve(request)
+        .await
+        .expect("retrieve")
+        .into_inner();
+    reply.chunks.into_iter().map(|chunk| chunk.doc_id).collect()
+}
+
+async fn stats(client: &mut LatheClient<Channel>, collection: &str) -> proto::CollectionStats {
+    client
+        .get_collection(proto::GetCollectionRequest {
+            name: collection.into(),
+        })
+        .await
+        .expect("get collection")
+        .into_inner()
+        .stats
+        .expect("stats")
+}
+
+/// What must be the same on every replica at one log position: each chunk's every field (the
+/// generation and timings are each replica's own).
+async fn answers(
+    client: &mut LatheClient<Channel>,
+    collection: &str,
+    queries: &[&str],
+    token: u64,
+) -> (Vec<Vec<proto::RetrievedChunk>>, u64) {
+    let mut all = Vec::new();
+    let mut position = 0;
+    for query in queries {
+        let reply = client
+            .retrieve(read_at(collection, query, token))
+            .await
+            .expect("retrieve")
+            .into_inner();
+        assert!(reply.log_position >= token, "answered before the token");
+        position = reply.log_position;
+        assert!(!reply.chunks.is_empty(), "nothing for {query}");
+        all.push(reply.chunks);
+    }
+    (all, position)
+}
+
+const QUERIES: [&str; 6] = [
+    "spindle bearing",
+    "which document is about the coolant",
+    "tailriage carstock",
+    "thread feed gearbox",
+    "colret turlet",
+    "lathe chuck",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_go_to_any_replica_and_every_replica_answers_them_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    // A small max_payload, so that the large document below travels in parts.
+    let nats = Nats::start(dir.path(), Some(64 << 10));
+    let mut replicas = Vec::new();
+    for name in ["a", "b", "c"] {
+        replicas.push(Replica::start_ready(&dir.path().join(name), &nats).await);
+    }
+    create(&mut replicas[0].client, "docs").await;
+    // The other replicas find the collection through the log, without a token.
+    let from_b = write(&mut replicas[1].client, "docs", documents(0..20, 60)).await;
+    let mut big = documents(100..101, 30_000);
+    let big_text = big[0].text.clone();
+    big[0].id = "big".into();
+    let from_c = write(&mut replicas[2].client, "docs", big).await;
+    let from_a = write(&mut replicas[0].client, "docs", documents(20..30, 60)).await;
+    create(&mut replicas[2].client, "more").await;
+    let more = write(&mut replicas[1].client, "more", documents(0..5, 40)).await;
+    let deleted = replicas[0]
+        .client
+        .delete_documents(proto::DeleteDocumentsRequest {
+            collection: "more".into(),
+            ids: vec!["doc3".into()],
+            wait: false,
+        })
+        .await
+        .expect("delete")
+        .into_inner()
+        .consistency_token;
+    assert!(more > from_a && deleted > more, "tokens grow with the log");
+
+    let ids: Vec<String> = (0..30).map(|doc| format!("doc{doc}")).collect();
+    for replica in &mut replicas {
+        for (token, wanted) in [(from_b, 0..20), (from_a, 20..30)] {
+            let found = present(&mut replica.client, "docs", &ids[wanted.clone()], token).await;
+            assert_eq!(found.len(), wanted.len(), "{found:?}");
+        }
+        // The split version arrived whole: its text at its offsets is the document's.
+        let mut request = read_at("docs", "lathe", from_c);
+        request.token_budget = 32_768;
+        request.filter = Some(proto::Filter {
+            metadata: Vec::new(),
+            doc_ids: vec!["big".into()],
+        });
+        let reply = replica.client.retrieve(request).await.unwrap().into_inner();
+        assert!(!reply.chunks.is_empty());
+        for chunk in &reply.chunks {
+            let bytes = chunk.bytes.unwrap();
+            assert_eq!(
+                chunk.text,
+                big_text[bytes.start as usize..bytes.end as usize]
+            );
+        }
+        let more_ids: Vec<String> = (0..5).map(|doc| format!("doc{doc}")).collect();
+        let found = present(&mut replica.client, "more", &more_ids, deleted).await;
+        assert_eq!(
+            found,
+            ["doc0", "doc1", "doc2", "doc4"].map(String::from).into()
+        );
+    }
+
+    // Byte for byte the same at the same position.
+    let (expected, position) = answers(&mut replicas[0].client, "docs", &QUERIES, deleted).await;
+    let expected_stats = stats(&mut replicas[0].client, "docs").await;
+    assert_eq!(expected_stats.documents, 31);
+    for replica in &mut replicas[1..] {
+        let (got, got_position) = answers(&mut replica.client, "docs", &QUERIES, deleted).await;
+        assert_eq!(got_position, position);
+        assert_eq!(got, expected);
+        let got_stats = stats(&mut replica.client, "docs").await;
+        assert_eq!(
+            (
+                got_stats.documents,
+                got_stats.sections,
+                got_stats.bytes,
+                got_stats.dense
+            ),
+            (
+                expected_stats.documents,
+                expected_stats.sections,
+                expected_stats.bytes,
+                expected_stats.dense
+            )
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_ingest_and_a_new_one_converge_to_the_same_answers() {
+    const DOCUMENTS: usize = 1_000;
+    const BATCH: usize = 50;
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    let mut writer = Replica::start_ready(&dir.path().join("writer"), &nats).await;
+    let mut victim = Replica::start_ready(&dir.path().join("victim"), &nats).await;
+    create(&mut writer.client, "bulk").await;
+
+    let (mut token, mut token_at_kill) = (0, 0);
+    for start in (0..DOCUMENTS).step_by(BATCH) {
+        token = write(
+            &mut writer.client,
+            "bulk",
+            documents(start..start + BATCH, 40),
+        )
+        .await;
+        if start == 6 * BATCH {
+            // Killed while it applies what the writer sends: some batches committed, some not.
+            victim.kill();
+            token_at_kill = token;
+        }
+        if start == 12 * BATCH {
+            victim = Replica::start(&dir.path().join("victim"), &nats).await;
+            // It resumes after what it had committed, neither from the start nor past the kill.
+            let from = victim.followed_from();
+            assert!(
+                from > 1 && from <= token_at_kill + 1,
+                "resumed from {from}; the log was at {token_at_kill} when it was killed"
+            );
+        }
+    }
+    let fresh = Replica::start(&dir.path().join("fresh"), &nats).await;
+    let mut replicas = [writer, victim, fresh];
+    for replica in &replicas {
+        replica.until_ready(Duration::from_secs(180)).await;
+    }
+    let ids: Vec<String> = (0..DOCUMENTS).map(|doc| format!("doc{doc}")).collect();
+    let (expected, position) = answers(&mut replicas[0].client, "bulk", &QUERIES, token).await;
+    for replica in &mut replicas {
+        let stats = stats(&mut replica.client, "bulk").await;
+        assert_eq!(
+            (stats.documents, stats.sections),
+            (1_000, 1_000),
+            "{stats:?}"
+        );
+        let dense = stats.dense.expect("dense stats");
+        assert_eq!((dense.vectors, dense.sections_with_vector), (1_000, 1_000));
+        for chunk in ids.chunks(100) {
+            let found = present(&mut replica.client, "bulk", chunk, token).await;
+            assert_eq!(found.len(), chunk.len(), "missing documents");
+        }
+        let (got, got_position) = answers(&mut replica.client, "bulk", &QUERIES, token).await;
+        assert_eq!((got_position, &got), (position, &expected));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_a_nats_kill_writes_meanwhile_fail_and_reads_never_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nats = Nats::start(dir.path(), None);
+    let mut writer = Replica::start_ready(&dir.path().join("writer"), &nats).await;
+    let reader = Replica::start_ready(&dir.path().join("reader"), &nats).await;
+    create(&mut writer.client, "c").await;
+    write(&mut writer.client, "c", documents(0..1, 40)).await;
+
+    // Reads on both replicas all along.
+    let reading = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut readers = Vec::new();
+    for client in [writer.client.clone(), reader.client.clone()] {
+        let reading = std::sync::Arc::clone(&reading);
+        readers.push(tokio::spawn(async move {
+            let mut client = client;
+            let mut reads = 0;
+            while reading.load(std::sync::atomic::Ordering::SeqCst) {
+                client
+                    .retrieve(common::retrieve_request("c", "spindle", 256))
+                    .await
+                    .expect("a read failed");
+                reads += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            reads
+        }));
+    }
+
+    let mut acknowledged = Vec::new();
+    let mut token = 0;
+    let mut refused = 0;
+    let mut doc = 1;
+    let upsert_one = |client: &mut LatheClient<Channel>, doc: usize| {
+        let mut client = client.clone();
+        async move {
+            client
+                .upsert_documents(proto::UpsertDocumentsRequest {
+                    collection: "c".into(),
+                    documents: documents(doc..doc + 1, 40),
+                    wait: false,
+                })
+                .await
+        }
+    };
+    for phase in ["before", "outage", "after"] {
+        let until = Instant::now() + Duration::from_secs(3);
+        let mut outcomes = 0;
+        while Instant::now() < until || (phase == "after" && outcomes < 20) {
+            match upsert_one(&mut writer.client, doc).await {
+                Ok(reply) => {
+                    assert_ne!(
+                        phase, "outage",
+                        "a write was acknowledged while NATS was down"
+                    );
+                    token = token.max(reply.into_inner().consistency_token);
+                    acknowledged.push(format!("doc{doc}"));
+                    outcomes += 1;
+                }
+                Err(status) => {
+                    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                    assert!(
+                        status.message().contains(&nats.url()),
+                        "{}",
+                        status.message()
+                    );
+                    if phase == "outage" {
+                        refused += 1;
+                    }
+                }
+            }
+            doc += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        match phase {
+            "before" => nats.kill(),
+            "outage" => nats.restart(),
+            _ => {}
+        }
+    }
+    assert!(refused > 0, "no write was attempted during the outage");
+    reading.store(false, std::sync::atomic::Ordering::SeqCst);
+    for reads in readers {
+        assert!(reads.await.expect("reader") > 10);
+    }
+    let mut writer_client = writer.client.clone();
+    let mut reader_client = reader.client.clone();
+    for client in [&mut writer_client, &mut reader_client] {
+        for chunk in acknowledged.chunks(100) {
+            let found = present(client, "c", chunk, token).await;
+            let missing: Vec<_> = chunk.iter().filter(|id| !found.contains(*id)).collect();
+            assert!(missing.is_empty(), "acknowledged but missing: {missing:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_that_cannot_be_decoded_stops_applying_and_is_never_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    let data_dir = dir.path().join("replica");
+    let mut replica = Replica::start_ready(&data_dir, &nats).await;
+    create(&mut replica.client, "c").await;
+    let token = write(&mut replica.client, "c", documents(0..3, 40)).await;
+    assert_eq!(
+        present(&mut replica.client, "c", &["doc1".into()], token)
+            .await
+            .len(),
+        1
+    );
+
+    // Garbage on a document subject of the log, as a broken or foreign writer would leave it.
+    let client = async_nats::connect(nats.url())
+        .await
+        .expect("connect to nats");
+    let poison = async_nats::jetstream::new(client)
+        .publish(
+            "lathe.log.doc.c.00000000000000000000000000000000",
+            vec![0xff, 0x01, 0x02].into(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("stored")
+        .sequence;
+    let line = binary::wait_for_line(&replica.server.log, "cannot apply", Duration::from_secs(30));
+    assert!(
+        line.contains("ERROR") && line.contains(&format!("entry {poison}")),
+        "{line}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while replica.health().await != ServingStatus::NotServing {
+        assert!(
+            Instant::now() < deadline,
+            "still SERVING after a poison entry"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // What it has is still served; a read past the poison entry cannot be.
+    assert_eq!(
+        present(&mut replica.client, "c", &["doc1".into()], 0)
+            .await
+            .len(),
+        1
+    );
+    let status = replica
+        .client
+        .retrieve(read_at("c", "spindle", poison))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("stopped"), "{}", status.message());
+    let metrics = binary::scrape_metrics(&replica.server.metrics_address);
+    assert!(metrics.contains("lathe_replication_stopped 1"), "{metrics}");
+
+    // After a restart it meets the same entry and stops again: never skipped.
+    replica.kill();
+    let restarted = Replica::start(&data_dir, &nats).await;
+    let logged_at_start = restarted
+        .server
+        .startup_log
+        .iter()
+        .find(|line| line.contains("cannot apply"))
+        .cloned();
+    let line = logged_at_start.unwrap_or_else(|| {
+        binary::wait_for_line(
+            &restarted.server.log,
+            "cannot apply",
+            Duration::from_secs(30),
+        )
+    });
+    assert!(line.contains(&format!("entry {poison}")), "{line}");
+    assert_eq!(restarted.health().await, ServingStatus::NotServing);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_dir_applied_from_another_log_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    let data_dir = dir.path().join("replica");
+    let mut replica = Replica::start_ready(&data_dir, &nats).await;
+    create(&mut replica.client, "c").await;
+    let token = write(&mut replica.client, "c", documents(0..2, 40)).await;
+    assert_eq!(
+        present(&mut replica.client, "c", &["doc0".into()], token)
+            .await
+            .len(),
+        1
+    );
+    replica.kill();
+    // The stream deleted (and made anew by the next replica): its positions mean something else.
+    let client = async_nats::connect(nats.url())
+        .await
+        .expect("connect to nats");
+    async_nats::jetstream::new(client)
+        .delete_stream("LATHE")
+        .await
+        .expect("delete the stream");
+    let mut restarted = Replica::start(&data_dir, &nats).await;
+    let line = restarted
+        .server
+        .startup_log
+        .iter()
+        .find(|line| line.contains("another log"))
+        .cloned()
+        .unwrap_or_else(|| {
+            binary::wait_for_line(
+                &restarted.server.log,
+                "another log",
+                Duration::from_secs(30),
+            )
+        });
+    assert!(
+        line.contains("ERROR")
+            && line.contains("replica.json")
+            && line.contains("Empty the data dir"),
+        "{line}"
+    );
+    assert_eq!(restarted.health().await, ServingStatus::NotServing);
+    // What it holds is still served.
+    assert_eq!(
+        present(&mut restarted.client, "c", &["doc0".into()], 0)
+            .await
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_single_node_refuses_a_consistency_token_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = common::TestServer::start_with(common::lexical_config(dir.path())).await;
+    common::create_collection(&mut server.client, "c").await;
+    let reply = common::upsert(&mut server.client, "c", documents(0..1, 20)).await;
+    assert_eq!(reply.consistency_token, 0, "no log, no token");
+    let status = server
+        .client
+        .retrieve(read_at("c", "spindle", 7))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    assert!(
+        status.message().contains("consistency_token 7")
+            && status.message().contains("replication.nats_url"),
+        "{}",
+        status.message()
+    );
+    let answer = common::retrieve(&mut server.client, read_at("c", "document", 0)).await;
+    assert_eq!(answer.log_position, 0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_falls_behind_is_not_ready_until_it_has_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    let mut writer = Replica::start_ready(&dir.path().join("writer"), &nats).await;
+    // One entry a batch (a commit each) and a lag limit of one second: a follower paused while
+    // 200 writes land is seconds behind when it resumes, and stays behind for as many commits.
+    let mut variables = replica_variables(&nats.url());
+    variables.push(("LATHE_REPLICATION__MAX_LAG_SECONDS", "1".into()));
+    variables.push(("LATHE_REPLICATION__APPLY_BATCH", "1".into()));
+    let follower = binary::start(&dir.path().join("follower"), &variables);
+    let follower = Replica {
+        client: binary::connect(&follower.address).await,
+        server: follower,
+    };
+    follower.until_ready(Duration::from_secs(60)).await;
+    create(&mut writer.client, "c").await;
+    // What it logged while starting up (its first readiness lines) is not what is looked for.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while follower.server.log.try_recv().is_ok() {}
+    let pid = follower.server.child.id().to_string();
+    let signal = |which: &str| {
+        let status = std::process::Command::new("kill")
+            .args([which, &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    };
+    signal("-STOP");
+    let mut token = 0;
+    for start in [0, 100] {
+        token = write(&mut writer.client, "c", documents(start..start + 100, 30)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    signal("-CONT");
+    let line = binary::wait_for_line(
+        &follower.server.log,
+        "replica readiness",
+        Duration::from_secs(30),
+    );
+    assert!(line.contains("\"ready\":false"), "{line}");
+    let line = binary::wait_for_line(
+        &follower.server.log,
+        "replica readiness",
+        Duration::from_secs(60),
+    );
+    assert!(line.contains("\"ready\":true"), "{line}");
+    assert_eq!(follower.health().await, ServingStatus::Serving);
+    let mut client = follower.client.clone();
+    let ids: Vec<String> = (0..200).map(|doc| format!("doc{doc}")).collect();
+    for chunk in ids.chunks(100) {
+        assert_eq!(present(&mut client, "c", chunk, token).await.len(), 100);
+    }
+}
