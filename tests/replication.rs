@@ -83,21 +83,22 @@ impl Replica {
         let _ = self.server.child.wait();
     }
 
-    /// The first log position the replica's apply loop asked the log for.
-    fn followed_from(&self) -> u64 {
-        let line = self
+    /// The first line holding `needle` the replica logged, while starting or after (within 30 s).
+    fn log_line(&self, needle: &str) -> String {
+        let logged_at_start = self
             .server
             .startup_log
             .iter()
-            .find(|line| line.contains("reading the write log from its position"))
-            .cloned()
-            .unwrap_or_else(|| {
-                binary::wait_for_line(
-                    &self.server.log,
-                    "reading the write log from its position",
-                    Duration::from_secs(30),
-                )
-            });
+            .find(|line| line.contains(needle))
+            .cloned();
+        logged_at_start.unwrap_or_else(|| {
+            binary::wait_for_line(&self.server.log, needle, Duration::from_secs(30))
+        })
+    }
+
+    /// The first log position the replica's apply loop asked the log for.
+    fn followed_from(&self) -> u64 {
+        let line = self.log_line("reading the write log from its position");
         let from = line
             .split("\"from\":")
             .nth(1)
@@ -232,18 +233,6 @@ async fn present(
     reply.chunks.into_iter().map(|chunk| chunk.doc_id).collect()
 }
 
-async fn stats(client: &mut LatheClient<Channel>, collection: &str) -> proto::CollectionStats {
-    client
-        .get_collection(proto::GetCollectionRequest {
-            name: collection.into(),
-        })
-        .await
-        .expect("get collection")
-        .into_inner()
-        .stats
-        .expect("stats")
-}
-
 /// What must be the same on every replica at one log position: each chunk's every field (the
 /// generation and timings are each replica's own).
 async fn answers(
@@ -341,13 +330,13 @@ async fn writes_go_to_any_replica_and_every_replica_answers_them_alike() {
 
     // Byte for byte the same at the same position.
     let (expected, position) = answers(&mut replicas[0].client, "docs", &QUERIES, deleted).await;
-    let expected_stats = stats(&mut replicas[0].client, "docs").await;
+    let expected_stats = common::collection_stats(&mut replicas[0].client, "docs").await;
     assert_eq!(expected_stats.documents, 31);
     for replica in &mut replicas[1..] {
         let (got, got_position) = answers(&mut replica.client, "docs", &QUERIES, deleted).await;
         assert_eq!(got_position, position);
         assert_eq!(got, expected);
-        let got_stats = stats(&mut replica.client, "docs").await;
+        let got_stats = common::collection_stats(&mut replica.client, "docs").await;
         assert_eq!(
             (
                 got_stats.documents,
@@ -406,7 +395,7 @@ async fn a_replica_killed_mid_ingest_and_a_new_one_converge_to_the_same_answers(
     let ids: Vec<String> = (0..DOCUMENTS).map(|doc| format!("doc{doc}")).collect();
     let (expected, position) = answers(&mut replicas[0].client, "bulk", &QUERIES, token).await;
     for replica in &mut replicas {
-        let stats = stats(&mut replica.client, "bulk").await;
+        let stats = common::collection_stats(&mut replica.client, "bulk").await;
         assert_eq!(
             (stats.documents, stats.sections),
             (1_000, 1_000),
@@ -519,20 +508,26 @@ async fn acknowledged_writes_survive_a_nats_kill_writes_meanwhile_fail_and_reads
     }
 }
 
+/// A ready replica on `data_dir` with collection `c` holding `doc0`..`doc2`, and the token of
+/// that write.
+async fn replica_with_documents(data_dir: &Path, nats: &Nats) -> (Replica, u64) {
+    let mut replica = Replica::start_ready(data_dir, nats).await;
+    create(&mut replica.client, "c").await;
+    let token = write(&mut replica.client, "c", documents(0..3, 40)).await;
+    let ids = ["doc0".to_string(), "doc1".into(), "doc2".into()];
+    assert_eq!(
+        present(&mut replica.client, "c", &ids, token).await.len(),
+        3
+    );
+    (replica, token)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_that_cannot_be_decoded_stops_applying_and_is_never_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let nats = Nats::start(dir.path(), None);
     let data_dir = dir.path().join("replica");
-    let mut replica = Replica::start_ready(&data_dir, &nats).await;
-    create(&mut replica.client, "c").await;
-    let token = write(&mut replica.client, "c", documents(0..3, 40)).await;
-    assert_eq!(
-        present(&mut replica.client, "c", &["doc1".into()], token)
-            .await
-            .len(),
-        1
-    );
+    let (mut replica, _) = replica_with_documents(&data_dir, &nats).await;
 
     // Garbage on a document subject of the log, as a broken or foreign writer would leave it.
     let client = async_nats::connect(nats.url())
@@ -581,19 +576,7 @@ async fn an_entry_that_cannot_be_decoded_stops_applying_and_is_never_skipped() {
     // After a restart it meets the same entry and stops again: never skipped.
     replica.kill();
     let restarted = Replica::start(&data_dir, &nats).await;
-    let logged_at_start = restarted
-        .server
-        .startup_log
-        .iter()
-        .find(|line| line.contains("cannot apply"))
-        .cloned();
-    let line = logged_at_start.unwrap_or_else(|| {
-        binary::wait_for_line(
-            &restarted.server.log,
-            "cannot apply",
-            Duration::from_secs(30),
-        )
-    });
+    let line = restarted.log_line("cannot apply");
     assert!(line.contains(&format!("entry {poison}")), "{line}");
     assert_eq!(restarted.health().await, ServingStatus::NotServing);
 }
@@ -603,15 +586,7 @@ async fn a_data_dir_applied_from_another_log_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let nats = Nats::start(dir.path(), None);
     let data_dir = dir.path().join("replica");
-    let mut replica = Replica::start_ready(&data_dir, &nats).await;
-    create(&mut replica.client, "c").await;
-    let token = write(&mut replica.client, "c", documents(0..2, 40)).await;
-    assert_eq!(
-        present(&mut replica.client, "c", &["doc0".into()], token)
-            .await
-            .len(),
-        1
-    );
+    let (mut replica, _) = replica_with_documents(&data_dir, &nats).await;
     replica.kill();
     // The stream deleted (and made anew by the next replica): its positions mean something else.
     let client = async_nats::connect(nats.url())
@@ -622,19 +597,7 @@ async fn a_data_dir_applied_from_another_log_is_refused_by_name() {
         .await
         .expect("delete the stream");
     let mut restarted = Replica::start(&data_dir, &nats).await;
-    let line = restarted
-        .server
-        .startup_log
-        .iter()
-        .find(|line| line.contains("another log"))
-        .cloned()
-        .unwrap_or_else(|| {
-            binary::wait_for_line(
-                &restarted.server.log,
-                "another log",
-                Duration::from_secs(30),
-            )
-        });
+    let line = restarted.log_line("another log");
     assert!(
         line.contains("ERROR")
             && line.contains("replica.json")

@@ -138,18 +138,23 @@ pub fn spawn_wrapped(
         .stdout(Stdio::null())
         .spawn()
         .expect("spawn lathe serve");
-    let stderr = child.stderr.take().unwrap();
-    let (line_tx, log) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = line_tx.send(line);
-        }
-    });
+    let log = log_lines(child.stderr.take().unwrap());
     Spawned {
         child,
         metrics_address,
         log,
     }
+}
+
+/// Every line `output` (a child's stderr) writes, as it writes it, read on a thread of its own.
+pub fn log_lines(output: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (line_tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(output).lines().map_while(Result::ok) {
+            let _ = line_tx.send(line);
+        }
+    });
+    lines
 }
 
 pub fn wait_for_line(log: &mpsc::Receiver<String>, needle: &str, limit: Duration) -> String {

@@ -3,10 +3,8 @@
 //! store, stopped when dropped. The binary is `$LATHE_TEST_NATS_SERVER`, else `nats-server` on
 //! the PATH or in /usr/sbin (Debian's package, which `.ci/run` installs).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 pub struct Nats {
@@ -81,13 +79,7 @@ impl Nats {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn nats-server");
-        let stderr = child.stderr.take().unwrap();
-        let (lines_tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = lines_tx.send(line);
-            }
-        });
+        let lines = super::binary::log_lines(child.stderr.take().unwrap());
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut seen = Vec::new();
         loop {
