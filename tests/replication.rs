@@ -692,3 +692,61 @@ async fn a_replica_that_falls_behind_is_not_ready_until_it_has_caught_up() {
         assert_eq!(present(&mut client, "c", chunk, token).await.len(), 100);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collections_from_before_replication_stay_local_and_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("node");
+    // A single node with two collections, stopped cleanly.
+    let mut single = binary::start(&data_dir, &[("LATHE_MODELS__DENSE", "static".into())]);
+    let mut client = binary::connect(&single.address).await;
+    for name in ["kept", "dropped"] {
+        create(&mut client, name).await;
+        common::upsert(&mut client, name, documents(0..2, 30)).await;
+    }
+    binary::sigterm(&single.child);
+    assert!(binary::wait_for_exit(&mut single.child, Duration::from_secs(60)).success());
+
+    // The same data dir as a replica: its collections are not in the log.
+    let nats = Nats::start(dir.path(), None);
+    let mut replica = Replica::start_ready(&data_dir, &nats).await;
+    assert_eq!(
+        present(&mut replica.client, "kept", &["doc1".into()], 0)
+            .await
+            .len(),
+        1
+    );
+    let status = replica
+        .client
+        .upsert_documents(proto::UpsertDocumentsRequest {
+            collection: "kept".into(),
+            documents: documents(5..6, 30),
+            wait: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    assert!(
+        status.message().contains("before replication was on"),
+        "{}",
+        status.message()
+    );
+    // Deleted here (it is this replica's alone), and the name is free in the log.
+    let deleted = replica
+        .client
+        .delete_collection(proto::DeleteCollectionRequest {
+            name: "dropped".into(),
+        })
+        .await
+        .expect("delete")
+        .into_inner();
+    assert_eq!(deleted.consistency_token, 0);
+    create(&mut replica.client, "dropped").await;
+    let token = write(&mut replica.client, "dropped", documents(7..8, 30)).await;
+    assert_eq!(
+        present(&mut replica.client, "dropped", &["doc7".into()], token)
+            .await
+            .len(),
+        1
+    );
+}

@@ -94,13 +94,19 @@ impl Replication {
             .map_err(|e| log_unavailable(&url, e))?;
         let mut jetstream = jetstream::new(client.clone());
         jetstream.set_timeout(Duration::from_millis(config.publish_timeout_ms));
+        let state = Arc::new(ReplicaState::new(&url));
+        // What this data dir holds is served before the log is reached (and checked against it
+        // once it is: a data dir of another log stops the apply loop).
+        if let Some(recorded) = position::load(data_dir)? {
+            state.update(|progress| progress.applied = recorded.applied);
+        }
         Ok(Arc::new(Self {
             subjects: Subjects::new(&config.stream),
             config: config.clone(),
             client,
             jetstream,
             stream: OnceCell::new(),
-            state: Arc::new(ReplicaState::new(&url)),
+            state,
             data_dir: data_dir.to_path_buf(),
         }))
     }

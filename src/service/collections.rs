@@ -86,7 +86,16 @@ impl Engine {
     /// Deletes the collection; returns the delete's log position on a replica (every replica
     /// deletes it from the log; with it as a consistency token a read waits for that), else 0.
     pub async fn delete_collection(&self, name: &str) -> Result<u64> {
-        if let Some(replication) = self.replication() {
+        // A collection from before replication was on is this replica's alone: deleted here.
+        let local_only = match self.catalog.entry(name) {
+            Ok(CollectionEntry::Ready(collection)) => collection.settings.log_created.is_none(),
+            Ok(CollectionEntry::Faulted(faulted)) => faulted
+                .settings
+                .as_ref()
+                .is_none_or(|settings| settings.log_created.is_none()),
+            Err(_) => false,
+        };
+        if let (Some(replication), false) = (self.replication(), local_only) {
             let position = replication.publish_collection_deleted(name).await?;
             self.wait_for_token(position).await?;
             return Ok(position);
