@@ -199,6 +199,8 @@ pub struct CacheConfig {
     pub result_bytes: u64,
     /// Section cache: token offsets and term positions keyed by content hash (bytes).
     pub section_bytes: u64,
+    /// Query-vector cache: query vectors keyed by model and normalised query text (bytes).
+    pub query_vector_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -295,6 +297,7 @@ impl Default for CacheConfig {
         Self {
             result_bytes: 64 << 20,
             section_bytes: 256 << 20,
+            query_vector_bytes: 16 << 20,
         }
     }
 }

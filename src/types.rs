@@ -364,6 +364,20 @@ pub struct RetrieveResult {
     pub chunks_considered: u32,
     /// Sections whose analysis was not cached (for metrics; not sent to clients).
     pub section_cache_misses: u32,
+    /// Where the query vector came from (for metrics; not sent to clients).
+    pub query_vector: QueryVectorSource,
+}
+
+/// Where a computed answer's query vector came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueryVectorSource {
+    /// No vector: the collection has no dense index or the server no model.
+    #[default]
+    None,
+    /// The model embedded the query.
+    Model,
+    /// The query-vector cache held it (the same normalised query and model, at any budget).
+    Cache,
 }
 
 impl RetrieveResult {

@@ -465,6 +465,7 @@ impl From<RetrieveResult> for proto::RetrieveResponse {
             sections_considered,
             chunks_considered,
             section_cache_misses: _,
+            query_vector: _,
         } = result;
         proto::RetrieveResponse {
             chunks: chunks.into_iter().map(Into::into).collect(),

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::Engine;
-use crate::types::{CollectionInfo, CollectionState, RetrieveResult};
+use crate::types::{CollectionInfo, CollectionState, QueryVectorSource, RetrieveResult};
 
 impl Engine {
     /// Publishes each collection's state and size and the writers' state to the metrics
@@ -96,5 +96,16 @@ impl Engine {
             .cache_lookups
             .with_label_values(&["section", "miss"])
             .inc_by(section_misses);
+        let query_vector = match result.query_vector {
+            QueryVectorSource::None => None,
+            QueryVectorSource::Model => Some("miss"),
+            QueryVectorSource::Cache => Some("hit"),
+        };
+        if let Some(outcome) = query_vector {
+            self.metrics
+                .cache_lookups
+                .with_label_values(&["query_vector", outcome])
+                .inc();
+        }
     }
 }
