@@ -22,9 +22,11 @@
 //! Without `--addr` the server runs in this process on a port-0 loopback listener, sharing the
 //! machine's cores with the clients. Bounded by `--seconds` and `--max-requests`.
 //!
-//! `--top-k 0` leaves the depth to the server (as a caller who sets only the budget does);
-//! `--collection` reuses a collection already on the server given with `--addr`; `--stages`
-//! adds the server's own per-stage timings (p50 and p99) under each run's row.
+//! `--warm-up-seconds S` first runs S seconds of untimed `miss` requests from the last question
+//! back, so the timed runs meet a warm server but still only questions it has not seen. `--top-k 0` leaves the depth to the
+//! server (as a caller who sets only the budget does); `--collection` reuses a collection already
+//! on the server given with `--addr`; `--stages` adds the server's own per-stage timings (p50 and
+//! p99) under each run's row.
 //!
 //! Example: `lathe-load ../shared/eval/squad-a --clients 1,8 --seconds 20 --mode miss,hit`
 
@@ -81,6 +83,12 @@ struct Args {
     /// dataset into a new one (its questions are still read from the dataset); it is kept.
     #[arg(long)]
     collection: Option<String>,
+    /// First run `miss` requests from one client for this many seconds, untimed, from the last
+    /// question back: the server and its section cache warm up, and the timed runs (from the
+    /// first question on) still ask questions it has not seen, so neither their answers nor their
+    /// query vectors are cached.
+    #[arg(long, default_value_t = 0)]
+    warm_up_seconds: u64,
     /// Also print the server's per-stage timings (RetrieveResponse.timings): p50 and p99 of each
     /// stage over the run's answers.
     #[arg(long)]
@@ -152,6 +160,9 @@ async fn run_sampler(
 enum Mode {
     Miss,
     Hit,
+    /// Untimed `miss` requests that walk the questions from the last one back, so the `miss`
+    /// runs after it (which walk from the first) meet none of its questions.
+    WarmUp,
 }
 
 #[derive(Default)]
@@ -242,6 +253,14 @@ impl ClientWork {
                 self.questions[self.hot[(i % self.hot.len() as u64) as usize]].clone(),
                 self.budget,
             ),
+            Mode::WarmUp => {
+                let count = self.questions.len() as u64;
+                let from_the_end = count - 1 - i % count;
+                (
+                    self.questions[from_the_end as usize].clone(),
+                    self.budget.saturating_add((i / count) as u32),
+                )
+            }
         };
         proto::RetrieveRequest {
             collection: self.collection.to_string(),
@@ -407,7 +426,7 @@ async fn run(target: &LoadTarget, shape: RunShape) -> anyhow::Result<RunReport> 
     }
     let counter = match shape.mode {
         Mode::Miss => Arc::clone(&target.miss_counter),
-        Mode::Hit => Arc::new(AtomicU64::new(0)),
+        Mode::Hit | Mode::WarmUp => Arc::new(AtomicU64::new(0)),
     };
     let started = Instant::now();
     let deadline = started + Duration::from_secs(shape.seconds);
@@ -563,6 +582,7 @@ fn print_row(report: &RunReport) {
         match report.mode {
             Mode::Miss => "miss",
             Mode::Hit => "hit",
+            Mode::WarmUp => "warm-up",
         },
         report.clients,
         if report.writer { "yes" } else { "no" },
@@ -597,6 +617,9 @@ fn validate(args: &Args) -> anyhow::Result<Vec<Mode>> {
         .collect::<anyhow::Result<_>>()?;
     if args.clients.is_empty() || args.clients.contains(&0) {
         anyhow::bail!("--clients needs positive client counts");
+    }
+    if args.warm_up_seconds > 600 {
+        anyhow::bail!("--warm-up-seconds must be in 0..=600");
     }
     if args.read_only_first > 600 {
         anyhow::bail!("--read-only-first must be in 0..=600");
@@ -704,6 +727,19 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
         miss_counter: Arc::new(AtomicU64::new(0)),
         args: Arc::new(args),
     };
+    if target.args.warm_up_seconds > 0 {
+        let warm_up = RunShape {
+            mode: Mode::WarmUp,
+            clients: 1,
+            writer: false,
+            seconds: target.args.warm_up_seconds,
+        };
+        let report = run(&target, warm_up).await?;
+        println!(
+            "warm-up: {} requests in {:.1} s, not reported\n",
+            report.requests, report.seconds
+        );
+    }
     if target.args.sample_every == 0 {
         print_header();
     }
