@@ -176,9 +176,9 @@ pub struct LimitsConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetrievalConfig {
-    /// Sections retrieved when a request gives no top_k.
+    /// The least sections retrieved when a request gives no top_k (the budget may ask for more).
     pub default_top_k: u32,
-    /// Chunk size when neither request nor collection gives one, in tokens.
+    /// Chunk size from budgets of 2,048 on when neither request nor collection gives one, in tokens.
     pub default_chunk_tokens: u32,
     /// Weight of the section's (normalised) score in a chunk's score.
     pub section_weight: f32,

@@ -179,7 +179,10 @@ pub struct CollectionSettings {
     pub section_tokens: u32,
 }
 
-pub const DEFAULT_SECTION_TOKENS: u32 = 1024;
+/// The section size of a collection that sets none: small enough that the coarse stage ranks
+/// passages rather than whole chapters (measured on squad-a and covid-a against 128 and 1,024;
+/// see BENCHMARKS.md, "Smaller sections").
+pub const DEFAULT_SECTION_TOKENS: u32 = 256;
 
 impl Default for CollectionSettings {
     fn default() -> Self {

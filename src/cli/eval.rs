@@ -68,6 +68,10 @@ pub struct EvalArgs {
     /// most this many pieces, so a large budget needs a larger value to be filled.
     #[arg(long)]
     pub baseline_top_k: Option<u32>,
+    /// Section size of Lathe's collection in tokens (default: the server's, 1,024): how large the
+    /// sections cut at ingest are, which the coarse stage ranks.
+    #[arg(long)]
+    pub section_tokens: Option<u32>,
     /// Ingest documents as plain text (Lathe cuts sections) or with the dataset's sections.
     #[arg(long = "as", value_parser = ["plain", "sections"], default_value = "plain")]
     pub ingest_as: String,
@@ -231,11 +235,19 @@ fn load_recount_tokenizer(models_dir: &Path) -> anyhow::Result<tokenizers::Token
     Ok(tokenizer)
 }
 
-async fn create_collection(client: &mut LatheClient<Channel>, name: &str) -> anyhow::Result<()> {
+async fn create_collection(
+    client: &mut LatheClient<Channel>,
+    name: &str,
+    section_tokens: Option<u32>,
+) -> anyhow::Result<()> {
+    let settings = section_tokens.map(|tokens| proto::CollectionSettings {
+        section_tokens: Some(tokens),
+        ..Default::default()
+    });
     client
         .create_collection(proto::CreateCollectionRequest {
             name: name.to_string(),
-            settings: None,
+            settings,
         })
         .await
         .map_err(|s| {
@@ -385,7 +397,11 @@ async fn ingest_collections(
         .clone()
         .unwrap_or_else(|| unique_collection_name("eval"));
     let mut collections = EvalCollections {
-        lathe_collection: format!("{run_id}-lathe"),
+        // The section size in the name: a reused collection was cut with the asked one.
+        lathe_collection: match args.section_tokens {
+            Some(tokens) => format!("{run_id}-lathe-s{tokens}"),
+            None => format!("{run_id}-lathe"),
+        },
         created: Vec::new(),
         baselines: Vec::new(),
         systems: lathe_systems,
@@ -399,7 +415,7 @@ async fn ingest_collections(
                 .notes
                 .push(format!("Lathe collection: {collection}, reused as it was."));
         } else {
-            create_collection(client, &collection).await?;
+            create_collection(client, &collection, args.section_tokens).await?;
             collections.created.push(collection.clone());
             let with_sections = args.ingest_as == "sections";
             let documents = inputs.dataset.proto_documents(with_sections);
@@ -415,7 +431,7 @@ async fn ingest_collections(
         let pieces = baseline_piece_count(inputs, &name)?;
         let upload_pieces = !reused(client, args, &collection, pieces).await?;
         if upload_pieces {
-            create_collection(client, &collection).await?;
+            create_collection(client, &collection, None).await?;
             collections.created.push(collection.clone());
         }
         let baseline = ingest_baseline(client, inputs, &name, collection, upload_pieces).await?;
