@@ -178,7 +178,7 @@ fn analysed_and_scored(
 
 fn stages(c: &mut Criterion) {
     let workload = load();
-    let caches = Caches::new(64 << 20, 256 << 20);
+    let caches = Caches::new(64 << 20, 256 << 20, 16 << 20);
     let sentence_128 = options(Strategy::Sentence, 128);
     let (analyses, scored) = analysed_and_scored(&workload, &caches, &sentence_128);
 
@@ -198,7 +198,7 @@ type Group<'a> = criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>
 fn bench_analyze(group: &mut Group, workload: &Workload, caches: &Caches) {
     group.bench_function("analyze/cold", |b| {
         b.iter_batched(
-            || Caches::new(1 << 20, 256 << 20),
+            || Caches::new(1 << 20, 256 << 20, 16 << 20),
             |fresh| {
                 for (hits, _) in &workload.queries {
                     black_box(analyze(

@@ -222,9 +222,9 @@ pub struct LimitsConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetrievalConfig {
-    /// Sections retrieved when a request gives no top_k.
+    /// The least sections retrieved when a request gives no top_k (the budget may ask for more).
     pub default_top_k: u32,
-    /// Chunk size when neither request nor collection gives one, in tokens.
+    /// Chunk size from budgets of 2,048 on when neither request nor collection gives one, in tokens.
     pub default_chunk_tokens: u32,
     /// Weight of the section's (normalised) score in a chunk's score.
     pub section_weight: f32,
@@ -245,6 +245,8 @@ pub struct CacheConfig {
     pub result_bytes: u64,
     /// Section cache: token offsets and term positions keyed by content hash (bytes).
     pub section_bytes: u64,
+    /// Query-vector cache: query vectors keyed by model and normalised query text (bytes).
+    pub query_vector_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -341,6 +343,7 @@ impl Default for CacheConfig {
         Self {
             result_bytes: 64 << 20,
             section_bytes: 256 << 20,
+            query_vector_bytes: 16 << 20,
         }
     }
 }

@@ -28,6 +28,9 @@ use crate::tokens::{
     ceil_char_boundary, floor_char_boundary, SpanBounder, TokenOffsets, MAX_TOKEN_BYTES,
 };
 
+mod spans;
+use spans::CutRule;
+
 /// Longest run of whitespace, or of chars other than whitespace, handed to a tokenizer whole.
 pub const MAX_RUN_BYTES: usize = MAX_TOKEN_BYTES;
 /// Most bytes handed to a tokenizer in one call.
@@ -43,6 +46,8 @@ pub const MINILM_TOKENIZER_PATH: &str = "minilm/tokenizer.json";
 pub struct BudgetTokenizer {
     name: Arc<str>,
     kind: Kind,
+    /// Where its texts may be cut without changing their tokens ([`Self::count_span`]).
+    cut_rule: CutRule,
 }
 
 #[derive(Clone)]
@@ -83,9 +88,14 @@ impl BudgetTokenizer {
         } else {
             name
         };
+        let cut_rule = match &kind {
+            Kind::HuggingFace(tokenizer) => CutRule::of_tokenizer_json(tokenizer),
+            Kind::Tiktoken(_) => CutRule::PiecesBeforeWhitespace,
+        };
         Ok(Self {
             name: Arc::from(name),
             kind,
+            cut_rule,
         })
     }
 
@@ -110,6 +120,19 @@ impl BudgetTokenizer {
         let mut tally = |_: usize, _: usize| count += 1;
         self.raw_spans(text, &mut |start, end| bounder.push(start, end, &mut tally));
         bounder.finish(&mut tally);
+        count
+    }
+
+    /// The tokens `text` adds as a part, cut at a cut ([`Self::count_span`]), of a longer text
+    /// that holds a token elsewhere: [`Self::count`] but for a text in which the tokenizer finds
+    /// nothing, which then adds none (on its own it counts one) unless it is long enough to be
+    /// covered.
+    fn count_part(&self, text: &str) -> usize {
+        let mut bounder = SpanBounder::new(text);
+        let mut count = 0usize;
+        let mut tally = |_: usize, _: usize| count += 1;
+        self.raw_spans(text, &mut |start, end| bounder.push(start, end, &mut tally));
+        bounder.finish_part(&mut tally);
         count
     }
 

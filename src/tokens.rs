@@ -196,6 +196,15 @@ impl<'t> SpanBounder<'t> {
             emit(0, self.text.len());
         }
     }
+
+    /// [`Self::finish`] for a part of a longer text that holds a token elsewhere: a long stretch
+    /// after the last span is covered, but a part without spans gets no token of its own (it lies
+    /// in the stretch between two tokens of the whole).
+    pub fn finish_part(self, emit: &mut impl FnMut(usize, usize)) {
+        if self.text.len() > self.covered_to + MAX_TOKEN_BYTES {
+            cover(self.text, self.covered_to, self.text.len(), emit);
+        }
+    }
 }
 
 /// Emits `from..to` as consecutive pieces of at most [`MAX_TOKEN_BYTES`], cut at char boundaries

@@ -179,7 +179,10 @@ pub struct CollectionSettings {
     pub section_tokens: u32,
 }
 
-pub const DEFAULT_SECTION_TOKENS: u32 = 1024;
+/// The section size of a collection that sets none: small enough that the coarse stage ranks
+/// passages rather than whole chapters (measured on squad-a and covid-a against 128 and 1,024;
+/// see BENCHMARKS.md, "Smaller sections").
+pub const DEFAULT_SECTION_TOKENS: u32 = 256;
 
 impl Default for CollectionSettings {
     fn default() -> Self {
@@ -366,6 +369,20 @@ pub struct RetrieveResult {
     pub section_cache_misses: u32,
     /// With replication: the log position applied when the answer's snapshot was taken.
     pub log_position: u64,
+    /// Where the query vector came from (for metrics; not sent to clients).
+    pub query_vector: QueryVectorSource,
+}
+
+/// Where a computed answer's query vector came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueryVectorSource {
+    /// No vector: the collection has no dense index or the server no model.
+    #[default]
+    None,
+    /// The model embedded the query.
+    Model,
+    /// The query-vector cache held it (the same normalised query and model, at any budget).
+    Cache,
 }
 
 impl RetrieveResult {

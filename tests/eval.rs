@@ -113,6 +113,8 @@ async fn eval_runs_every_query_at_every_budget_and_writes_the_report() {
         out: out.clone(),
         run_file: None,
         keep_collections: false,
+        reuse: None,
+        section_tokens: None,
     })
     .await
     .expect("eval");

@@ -1,6 +1,7 @@
 //! Embed reuse through the real server: an upsert sends to the model only the sections whose
 //! embedding input changed (counted by `lathe_embed_sections_total` over /metrics), and what it
-//! stores answers as a fresh ingest of the same text does.
+//! stores answers as a fresh ingest of the same text does; a question asked again at another
+//! budget takes its vector from the query-vector cache instead of the model.
 
 mod common;
 
@@ -164,6 +165,82 @@ async fn an_upsert_embeds_only_the_sections_whose_text_changed() {
         }
     }
     assert!(compared >= 8, "only {compared} chunks were in both answers");
+    server.stop().await;
+}
+
+/// `lathe_cache_lookups_total{cache="query_vector",result="<result>"}`: each is one query that
+/// needed a vector, `miss` the ones the model embedded.
+fn query_vector_lookups(metrics_address: &str, result: &str) -> u64 {
+    let body = binary::scrape_metrics(metrics_address);
+    let prefix =
+        format!("lathe_cache_lookups_total{{cache=\"query_vector\",result=\"{result}\"}} ");
+    body.lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .map(|value| value.trim().parse().expect("a counter value"))
+        .unwrap_or(0)
+}
+
+/// The same question at three budgets (and with other whitespace, which the edge normalises)
+/// runs the model once; the answers at the second and third budget are computed (no result-cache
+/// hit) with the cached vector, and score exactly as with a vector from the model; another
+/// question runs the model again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_question_at_another_budget_skips_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    config.models.dense = DenseModel::Static;
+    let metrics_address = binary::free_local_address();
+    config.server.metrics_listen = metrics_address.clone();
+    let server = common::TestServer::start_with(config).await;
+    let mut client = server.client.clone();
+    create_collection(&mut client, "docs").await;
+    create_collection(&mut client, "again").await;
+    let paragraphs: Vec<String> = (0..SECTIONS).map(paragraph).collect();
+    upsert(&mut client, "docs", vec![document_of(&paragraphs)]).await;
+    upsert(&mut client, "again", vec![document_of(&paragraphs)]).await;
+    let model_passes = || query_vector_lookups(&metrics_address, "miss");
+    let cache_hits = || query_vector_lookups(&metrics_address, "hit");
+    assert_eq!((model_passes(), cache_hits()), (0, 0));
+
+    let question = "glacier melt in region 3";
+    let first = retrieve(&mut client, retrieve_request("docs", question, 256)).await;
+    assert!(!first.cache_hit);
+    assert_eq!(
+        (model_passes(), cache_hits()),
+        (1, 0),
+        "the first ask runs the model"
+    );
+    for (budget, asked) in [(1024, question), (4096, "  glacier melt   in region 3 ")] {
+        let answer = retrieve(&mut client, retrieve_request("docs", asked, budget)).await;
+        assert!(!answer.cache_hit, "budget {budget} is a new answer");
+        assert!(!answer.chunks.is_empty());
+    }
+    assert_eq!(
+        (model_passes(), cache_hits()),
+        (1, 2),
+        "asked again at other budgets, the question is not embedded again"
+    );
+
+    // The cached vector is the model's: the same question in an identical collection, whose
+    // answer takes the vector from the cache, scores its chunks exactly as the first answer.
+    let other = retrieve(&mut client, retrieve_request("again", question, 256)).await;
+    let dense_parts = |response: &proto::RetrieveResponse| -> Vec<f32> {
+        response
+            .chunks
+            .iter()
+            .map(|chunk| chunk.score_parts.as_ref().expect("score parts").dense)
+            .collect()
+    };
+    assert_eq!(dense_parts(&other), dense_parts(&first));
+    assert!(dense_parts(&first).iter().any(|&dense| dense != 0.0));
+    assert_eq!((model_passes(), cache_hits()), (1, 3));
+
+    retrieve(&mut client, retrieve_request("docs", "bee colonies", 256)).await;
+    assert_eq!(
+        (model_passes(), cache_hits()),
+        (2, 3),
+        "another question runs the model"
+    );
     server.stop().await;
 }
 

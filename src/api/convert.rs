@@ -470,6 +470,7 @@ impl From<RetrieveResult> for proto::RetrieveResponse {
             chunks_considered,
             section_cache_misses: _,
             log_position,
+            query_vector: _,
         } = result;
         proto::RetrieveResponse {
             chunks: chunks.into_iter().map(Into::into).collect(),

@@ -22,6 +22,12 @@
 //! Without `--addr` the server runs in this process on a port-0 loopback listener, sharing the
 //! machine's cores with the clients. Bounded by `--seconds` and `--max-requests`.
 //!
+//! `--warm-up-seconds S` first runs S seconds of untimed `miss` requests from the last question
+//! back, so the timed runs meet a warm server but still only questions it has not seen. `--top-k 0` leaves the depth to the
+//! server (as a caller who sets only the budget does); `--collection` reuses a collection already
+//! on the server given with `--addr`; `--stages` adds the server's own per-stage timings (p50 and
+//! p99) under each run's row.
+//!
 //! Example: `lathe-load ../shared/eval/squad-a --clients 1,8 --seconds 20 --mode miss,hit`
 
 use std::collections::BTreeMap;
@@ -70,8 +76,23 @@ struct Args {
     writer: bool,
     #[arg(long, default_value_t = 512)]
     budget: u32,
+    /// Sections per request; 0 leaves `top_k` unset, so the server takes its depth from the budget.
     #[arg(long, default_value_t = 8)]
     top_k: u32,
+    /// Query this existing collection of the server given with `--addr` instead of ingesting the
+    /// dataset into a new one (its questions are still read from the dataset); it is kept.
+    #[arg(long)]
+    collection: Option<String>,
+    /// First run `miss` requests from one client for this many seconds, untimed, from the last
+    /// question back: the server and its section cache warm up, and the timed runs (from the
+    /// first question on) still ask questions it has not seen, so neither their answers nor their
+    /// query vectors are cached.
+    #[arg(long, default_value_t = 0)]
+    warm_up_seconds: u64,
+    /// Also print the server's per-stage timings (RetrieveResponse.timings): p50 and p99 of each
+    /// stage over the run's answers.
+    #[arg(long)]
+    stages: bool,
     /// Questions repeated in `hit` mode.
     #[arg(long, default_value_t = 32)]
     hot_set: usize,
@@ -139,6 +160,9 @@ async fn run_sampler(
 enum Mode {
     Miss,
     Hit,
+    /// Untimed `miss` requests that walk the questions from the last one back, so the `miss`
+    /// runs after it (which walk from the first) meet none of its questions.
+    WarmUp,
 }
 
 #[derive(Default)]
@@ -146,6 +170,8 @@ struct ClientStats {
     latencies_us: Vec<u32>,
     errors: BTreeMap<String, u64>,
     cache_hits: u64,
+    /// The server's timing of each stage, in microseconds, one entry per answer that had it.
+    stages_us: BTreeMap<String, Vec<u32>>,
 }
 
 struct RunReport {
@@ -158,6 +184,7 @@ struct RunReport {
     latencies_us: Vec<u32>,
     errors: BTreeMap<String, u64>,
     cache_hits: u64,
+    stages_us: BTreeMap<String, Vec<u32>>,
     writes: u64,
     write_errors: u64,
 }
@@ -226,11 +253,19 @@ impl ClientWork {
                 self.questions[self.hot[(i % self.hot.len() as u64) as usize]].clone(),
                 self.budget,
             ),
+            Mode::WarmUp => {
+                let count = self.questions.len() as u64;
+                let from_the_end = count - 1 - i % count;
+                (
+                    self.questions[from_the_end as usize].clone(),
+                    self.budget.saturating_add((i / count) as u32),
+                )
+            }
         };
         proto::RetrieveRequest {
             collection: self.collection.to_string(),
             query: question,
-            top_k: Some(self.top_k),
+            top_k: requested_top_k(self.top_k),
             token_budget: budget,
             ..Default::default()
         }
@@ -258,8 +293,17 @@ async fn run_client(mut client: LatheClient<Channel>, work: ClientWork) -> Clien
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .push(micros);
                 }
-                if response.into_inner().cache_hit {
+                let response = response.into_inner();
+                if response.cache_hit {
                     stats.cache_hits += 1;
+                }
+                for timing in response.timings {
+                    let micros = timing.micros.min(u32::MAX as u64) as u32;
+                    stats
+                        .stages_us
+                        .entry(timing.stage)
+                        .or_default()
+                        .push(micros);
                 }
             }
             Err(status) => {
@@ -360,7 +404,7 @@ async fn warm_result_cache(
             .retrieve(proto::RetrieveRequest {
                 collection: target.collection.to_string(),
                 query: target.questions[q].clone(),
-                top_k: Some(target.args.top_k),
+                top_k: requested_top_k(target.args.top_k),
                 token_budget: target.args.budget,
                 ..Default::default()
             })
@@ -382,7 +426,7 @@ async fn run(target: &LoadTarget, shape: RunShape) -> anyhow::Result<RunReport> 
     }
     let counter = match shape.mode {
         Mode::Miss => Arc::clone(&target.miss_counter),
-        Mode::Hit => Arc::new(AtomicU64::new(0)),
+        Mode::Hit | Mode::WarmUp => Arc::new(AtomicU64::new(0)),
     };
     let started = Instant::now();
     let deadline = started + Duration::from_secs(shape.seconds);
@@ -453,6 +497,7 @@ impl RunReport {
             latencies_us: Vec::new(),
             errors: BTreeMap::new(),
             cache_hits: 0,
+            stages_us: BTreeMap::new(),
             writes: 0,
             write_errors: 0,
         }
@@ -464,6 +509,9 @@ impl RunReport {
         for (code, count) in stats.errors {
             *self.errors.entry(code).or_default() += count;
         }
+        for (stage, micros) in stats.stages_us {
+            self.stages_us.entry(stage).or_default().extend(micros);
+        }
     }
 
     /// Counts the requests and sorts the latencies for the percentiles.
@@ -471,7 +519,32 @@ impl RunReport {
         self.ok = self.latencies_us.len() as u64;
         self.requests = self.ok + self.errors.values().sum::<u64>();
         self.latencies_us.sort_unstable();
+        for micros in self.stages_us.values_mut() {
+            micros.sort_unstable();
+        }
     }
+}
+
+/// The request's `top_k`: none for 0, so the server chooses the depth from the budget.
+fn requested_top_k(top_k: u32) -> Option<u32> {
+    (top_k > 0).then_some(top_k)
+}
+
+/// One line per server stage: how many answers timed it, and its p50 and p99 in milliseconds.
+fn print_stages(report: &RunReport) {
+    println!();
+    println!("| stage | answers | p50 ms | p99 ms |");
+    println!("|---|---:|---:|---:|");
+    for (stage, micros) in &report.stages_us {
+        let ms = |p: f64| percentile(micros, p) as f64 / 1e3;
+        println!(
+            "| {stage} | {} | {:.2} | {:.2} |",
+            micros.len(),
+            ms(50.0),
+            ms(99.0)
+        );
+    }
+    println!();
 }
 
 fn print_header() {
@@ -509,6 +582,7 @@ fn print_row(report: &RunReport) {
         match report.mode {
             Mode::Miss => "miss",
             Mode::Hit => "hit",
+            Mode::WarmUp => "warm-up",
         },
         report.clients,
         if report.writer { "yes" } else { "no" },
@@ -544,11 +618,17 @@ fn validate(args: &Args) -> anyhow::Result<Vec<Mode>> {
     if args.clients.is_empty() || args.clients.contains(&0) {
         anyhow::bail!("--clients needs positive client counts");
     }
+    if args.warm_up_seconds > 600 {
+        anyhow::bail!("--warm-up-seconds must be in 0..=600");
+    }
     if args.read_only_first > 600 {
         anyhow::bail!("--read-only-first must be in 0..=600");
     }
     if args.seconds == 0 || args.seconds > 600 {
         anyhow::bail!("--seconds must be in 1..=600");
+    }
+    if args.collection.is_some() && args.addr.is_none() {
+        anyhow::bail!("--collection names a collection of the server given with --addr");
     }
     if let Some(address) = &args.addr {
         if !is_loopback(address) {
@@ -608,17 +688,31 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
         TargetServer::given_or_started(args.addr.as_deref(), &args.models_dir, args.cpu_threads)
             .await?;
     let mut client = connect(&server.address).await?;
-    let collection: Arc<str> = Arc::from(unique_collection_name("load"));
-    let ingested = ingest_dataset(&mut client, &collection, &dataset).await?;
+    let (collection, contents) = match &args.collection {
+        Some(existing) => (
+            Arc::from(existing.as_str()),
+            format!("collection {existing}"),
+        ),
+        None => {
+            let collection: Arc<str> = Arc::from(unique_collection_name("load"));
+            let ingested = ingest_dataset(&mut client, &collection, &dataset).await?;
+            let contents = format!(
+                "{} documents ({} sections)",
+                ingested.documents, ingested.sections
+            );
+            (collection, contents)
+        }
+    };
     let questions = Arc::new(distinct_questions(&dataset));
+    let depth = match requested_top_k(args.top_k) {
+        Some(top_k) => top_k.to_string(),
+        None => "from the budget".to_string(),
+    };
     println!(
-        "lathe-load: {} documents ({} sections), {} questions ({} distinct); budget {}, top_k {}, default chunking; server {}\n",
-        ingested.documents,
-        ingested.sections,
+        "lathe-load: {contents}, {} questions ({} distinct); budget {}, top_k {depth}, default chunking; server {}\n",
         dataset.queries.len(),
         questions.len(),
         args.budget,
-        args.top_k,
         if server.is_in_process() { "in-process (loopback gRPC)" } else { server.address.as_str() },
     );
     if let Some(mib) = resident_mib() {
@@ -633,22 +727,40 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
         miss_counter: Arc::new(AtomicU64::new(0)),
         args: Arc::new(args),
     };
+    if target.args.warm_up_seconds > 0 {
+        let warm_up = RunShape {
+            mode: Mode::WarmUp,
+            clients: 1,
+            writer: false,
+            seconds: target.args.warm_up_seconds,
+        };
+        let report = run(&target, warm_up).await?;
+        println!(
+            "warm-up: {} requests in {:.1} s, not reported\n",
+            report.requests, report.seconds
+        );
+    }
     if target.args.sample_every == 0 {
         print_header();
     }
-    for shape in shapes {
+    for (run_index, shape) in shapes.into_iter().enumerate() {
         let report = run(&target, shape).await?;
-        if target.args.sample_every > 0 {
+        if target.args.sample_every > 0 || (target.args.stages && run_index > 0) {
             println!();
             print_header();
         }
         print_row(&report);
+        if target.args.stages {
+            print_stages(&report);
+        }
     }
-    let _ = client
-        .delete_collection(proto::DeleteCollectionRequest {
-            name: collection.to_string(),
-        })
-        .await;
+    if target.args.collection.is_none() {
+        let _ = client
+            .delete_collection(proto::DeleteCollectionRequest {
+                name: collection.to_string(),
+            })
+            .await;
+    }
     server.stop().await
 }
 

@@ -68,6 +68,10 @@ pub struct EvalArgs {
     /// most this many pieces, so a large budget needs a larger value to be filled.
     #[arg(long)]
     pub baseline_top_k: Option<u32>,
+    /// Section size of Lathe's collection in tokens (default: the server's, 256): how large the
+    /// sections cut at ingest are, which the coarse stage ranks.
+    #[arg(long)]
+    pub section_tokens: Option<u32>,
     /// Ingest documents as plain text (Lathe cuts sections) or with the dataset's sections.
     #[arg(long = "as", value_parser = ["plain", "sections"], default_value = "plain")]
     pub ingest_as: String,
@@ -95,6 +99,12 @@ pub struct EvalArgs {
     /// Keep the collections on a server given with --addr (they are deleted by default).
     #[arg(long)]
     pub keep_collections: bool,
+    /// Name the collections `<RUN_ID>-lathe` and `<RUN_ID>-<baseline>` on the server given with
+    /// --addr, use those that exist as they are (filled by an earlier run with the same id and
+    /// dataset) and keep them all: a second run, e.g. against a rebuilt server on the same data
+    /// dir, skips the ingest.
+    #[arg(long, value_name = "RUN_ID")]
+    pub reuse: Option<String>,
 }
 
 /// The system of requests that hold only the query and the budget.
@@ -225,11 +235,19 @@ fn load_recount_tokenizer(models_dir: &Path) -> anyhow::Result<tokenizers::Token
     Ok(tokenizer)
 }
 
-async fn create_collection(client: &mut LatheClient<Channel>, name: &str) -> anyhow::Result<()> {
+async fn create_collection(
+    client: &mut LatheClient<Channel>,
+    name: &str,
+    section_tokens: Option<u32>,
+) -> anyhow::Result<()> {
+    let settings = section_tokens.map(|tokens| proto::CollectionSettings {
+        section_tokens: Some(tokens),
+        ..Default::default()
+    });
     client
         .create_collection(proto::CreateCollectionRequest {
             name: name.to_string(),
-            settings: None,
+            settings,
         })
         .await
         .map_err(|s| {
@@ -278,6 +296,9 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     if args.budgets.is_empty() || args.budgets.contains(&0) {
         anyhow::bail!("--budgets needs one or more positive budgets");
     }
+    if args.reuse.is_some() && args.addr.is_none() {
+        anyhow::bail!("--reuse names collections of the server given with --addr");
+    }
     let inputs = read_inputs(&args)?;
     let lathe_systems = lathe_systems(&args)?;
     let target =
@@ -304,7 +325,7 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
         server_label,
     };
     write_report(&report_parts, &run_path)?;
-    if !target.is_in_process() && !args.keep_collections {
+    if !target.is_in_process() && !args.keep_collections && args.reuse.is_none() {
         for collection in collections.created {
             let _ = client
                 .delete_collection(proto::DeleteCollectionRequest { name: collection })
@@ -371,9 +392,16 @@ async fn ingest_collections(
     inputs: &EvalInputs,
     lathe_systems: Vec<System>,
 ) -> anyhow::Result<EvalCollections> {
-    let run_id = unique_collection_name("eval");
+    let run_id = args
+        .reuse
+        .clone()
+        .unwrap_or_else(|| unique_collection_name("eval"));
     let mut collections = EvalCollections {
-        lathe_collection: format!("{run_id}-lathe"),
+        // The section size in the name: a reused collection was cut with the asked one.
+        lathe_collection: match args.section_tokens {
+            Some(tokens) => format!("{run_id}-lathe-s{tokens}"),
+            None => format!("{run_id}-lathe"),
+        },
         created: Vec::new(),
         baselines: Vec::new(),
         systems: lathe_systems,
@@ -381,21 +409,32 @@ async fn ingest_collections(
     };
     if !collections.systems.is_empty() {
         let collection = collections.lathe_collection.clone();
-        create_collection(client, &collection).await?;
-        collections.created.push(collection.clone());
-        let with_sections = args.ingest_as == "sections";
-        let documents = inputs.dataset.proto_documents(with_sections);
-        let (docs, sections, seconds) = upload(client, &collection, documents).await?;
-        collections.notes.push(format!(
-            "Lathe collection: {docs} documents ingested as {} → {sections} sections in {seconds:.2} s.",
-            args.ingest_as
-        ));
+        let documents = inputs.dataset.documents.len();
+        if reused(client, args, &collection, documents).await? {
+            collections
+                .notes
+                .push(format!("Lathe collection: {collection}, reused as it was."));
+        } else {
+            create_collection(client, &collection, args.section_tokens).await?;
+            collections.created.push(collection.clone());
+            let with_sections = args.ingest_as == "sections";
+            let documents = inputs.dataset.proto_documents(with_sections);
+            let (docs, sections, seconds) = upload(client, &collection, documents).await?;
+            collections.notes.push(format!(
+                "Lathe collection: {docs} documents ingested as {} → {sections} sections in {seconds:.2} s.",
+                args.ingest_as
+            ));
+        }
     }
     for name in baseline_names(args) {
         let collection = format!("{run_id}-{name}");
-        create_collection(client, &collection).await?;
-        collections.created.push(collection.clone());
-        let baseline = ingest_baseline(client, inputs, &name, collection).await?;
+        let pieces = baseline_piece_count(inputs, &name)?;
+        let upload_pieces = !reused(client, args, &collection, pieces).await?;
+        if upload_pieces {
+            create_collection(client, &collection, None).await?;
+            collections.created.push(collection.clone());
+        }
+        let baseline = ingest_baseline(client, inputs, &name, collection, upload_pieces).await?;
         collections.notes.push(baseline.1);
         collections.systems.push(System {
             label: name,
@@ -406,13 +445,59 @@ async fn ingest_collections(
     Ok(collections)
 }
 
-/// Splits every document into the baseline's pieces and uploads each piece as a document of one
-/// caller-given section; returns the baseline and its note for the report.
+/// With `--reuse`, whether `collection` is already on the server (then it is used as it is); an
+/// existing one must hold `documents` documents, else an earlier run did not finish filling it.
+async fn reused(
+    client: &mut LatheClient<Channel>,
+    args: &EvalArgs,
+    collection: &str,
+    documents: usize,
+) -> anyhow::Result<bool> {
+    if args.reuse.is_none() {
+        return Ok(false);
+    }
+    let request = proto::GetCollectionRequest {
+        name: collection.to_string(),
+    };
+    match client.get_collection(request).await {
+        Ok(info) => {
+            let held = info.into_inner().stats.map_or(0, |stats| stats.documents);
+            if held != documents as u64 {
+                anyhow::bail!(
+                    "collection {collection} holds {held} documents, not the {documents} of this dataset: delete it or use another --reuse id"
+                );
+            }
+            Ok(true)
+        }
+        Err(status) if status.code() == tonic::Code::NotFound => Ok(false),
+        Err(status) => Err(anyhow::anyhow!(
+            "looking up collection {collection}: {:?}: {}",
+            status.code(),
+            status.message()
+        )),
+    }
+}
+
+/// How many pieces the baseline `name` cuts the dataset into.
+fn baseline_piece_count(inputs: &EvalInputs, name: &str) -> anyhow::Result<usize> {
+    let (chunk_size, chunk_overlap) = parse_baseline(name)?;
+    let splitter = RecursiveCharacterSplitter::new(chunk_size, chunk_overlap);
+    Ok(inputs
+        .dataset
+        .documents
+        .iter()
+        .map(|document| splitter.split_chars(&document.text).len())
+        .sum())
+}
+
+/// Splits every document into the baseline's pieces and, with `upload_pieces`, uploads each piece
+/// as a document of one caller-given section; returns the baseline and its note for the report.
 async fn ingest_baseline(
     client: &mut LatheClient<Channel>,
     inputs: &EvalInputs,
     name: &str,
     collection: String,
+    upload_pieces: bool,
 ) -> anyhow::Result<(Baseline, String)> {
     let (chunk_size, chunk_overlap) = parse_baseline(name)?;
     let splitter = RecursiveCharacterSplitter::new(chunk_size, chunk_overlap);
@@ -445,9 +530,14 @@ async fn ingest_baseline(
         }
     }
     let piece_count = documents.len();
-    let (_, sections, seconds) = upload(client, &collection, documents).await?;
+    let indexed = if upload_pieces {
+        let (_, sections, seconds) = upload(client, &collection, documents).await?;
+        format!("indexed as {sections} caller-given sections in {seconds:.2} s")
+    } else {
+        format!("in {collection}, reused as it was")
+    };
     let note = format!(
-        "Baseline {name}: {piece_count} pieces (LangChain RecursiveCharacterTextSplitter semantics, chunk_size {chunk_size}, chunk_overlap {chunk_overlap} characters) indexed as {sections} caller-given sections in {seconds:.2} s."
+        "Baseline {name}: {piece_count} pieces (LangChain RecursiveCharacterTextSplitter semantics, chunk_size {chunk_size}, chunk_overlap {chunk_overlap} characters) {indexed}."
     );
     let baseline = Baseline {
         name: name.to_string(),

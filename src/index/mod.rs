@@ -61,7 +61,7 @@ pub use crate::dense::{DenseIndexConfig, SEARCH_WAIT_SECONDS as DENSE_SEARCH_WAI
 pub use collection::{dense_dir, CollectionIndex};
 pub use fault::{CollectionEntry, Fault, FaultKind, FaultedCollection};
 pub use lock::DataDirLock;
-pub use reader::Snapshot;
+pub use reader::{FoundSection, Snapshot};
 pub use records::{
     section_key, DocumentRecord, SectionHit, SectionRecord, StoredEmbedding, WriteOp,
 };

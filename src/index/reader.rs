@@ -58,7 +58,23 @@ impl Snapshot {
         &self,
         address: DocAddress,
     ) -> std::result::Result<(OwnedBytes, Option<u64>), String> {
-        let stores = self.stores.get_or_init(|| {
+        let stores = self.segment_stores();
+        let segment = stores
+            .get(address.segment_ord as usize)
+            .ok_or_else(|| format!("segment {} is not in the snapshot", address.segment_ord))?;
+        let store = segment.store.as_ref().map_err(Clone::clone)?;
+        let bytes = catch_panic(|| store.get_document_bytes(address.doc_id))?
+            .map_err(|error| format!("its stored bytes cannot be read ({error})"))?;
+        let section_key = segment
+            .section_keys
+            .as_ref()
+            .and_then(|column| column.first(address.doc_id));
+        Ok((bytes, section_key))
+    }
+
+    /// What reading each segment's stored sections needs, opened at the first use.
+    fn segment_stores(&self) -> &[SegmentStore] {
+        self.stores.get_or_init(|| {
             self.searcher
                 .segment_readers()
                 .iter()
@@ -76,19 +92,27 @@ impl Snapshot {
                     section_keys: segment.fast_fields().u64("section_key").ok(),
                 })
                 .collect()
-        });
-        let segment = stores
-            .get(address.segment_ord as usize)
-            .ok_or_else(|| format!("segment {} is not in the snapshot", address.segment_ord))?;
-        let store = segment.store.as_ref().map_err(Clone::clone)?;
-        let bytes = catch_panic(|| store.get_document_bytes(address.doc_id))?
-            .map_err(|error| format!("its stored bytes cannot be read ({error})"))?;
-        let section_key = segment
-            .section_keys
-            .as_ref()
-            .and_then(|column| column.first(address.doc_id));
-        Ok((bytes, section_key))
+        })
     }
+
+    /// The key of the section at `address`, from the `section_key` fast field (no stored read).
+    fn section_key_at(&self, address: DocAddress) -> Option<u64> {
+        self.segment_stores()
+            .get(address.segment_ord as usize)?
+            .section_keys
+            .as_ref()?
+            .first(address.doc_id)
+    }
+}
+
+/// A section a search found, not read yet: where it lies, its key and its score in that search.
+/// Searches return these so that a caller that keeps only some (the coarse stage's fusion) reads
+/// only those, each once ([`CollectionIndex::read_found`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FoundSection {
+    address: DocAddress,
+    pub section_key: u64,
+    pub score: f32,
 }
 
 impl CollectionIndex {
@@ -115,6 +139,30 @@ impl CollectionIndex {
         filter: &Filter,
         limit: usize,
     ) -> Result<Vec<SectionHit>> {
+        let found = self.find(snapshot, terms, filter, limit)?;
+        self.read_found(snapshot, &found)
+    }
+
+    /// The sections at `found`, read and verified, in that order, each scored as found.
+    pub fn read_found(
+        &self,
+        snapshot: &Snapshot,
+        found: &[FoundSection],
+    ) -> Result<Vec<SectionHit>> {
+        found
+            .iter()
+            .map(|section| self.load_hit(snapshot, section.score, section.address))
+            .collect()
+    }
+
+    /// [`Self::search`] without reading the sections.
+    pub fn find(
+        &self,
+        snapshot: &Snapshot,
+        terms: &[String],
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<Vec<FoundSection>> {
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
@@ -135,8 +183,22 @@ impl CollectionIndex {
         let query = BooleanQuery::new(clauses);
         top_by_score_then_key(&snapshot.searcher, &query, limit)?
             .into_iter()
-            .map(|(score, address)| self.load_hit(snapshot, score, address))
+            .map(|(score, address)| self.found(snapshot, score, address))
             .collect()
+    }
+
+    /// The section at `address` as found, its key from the fast field; a position without one
+    /// is read at once, which reports it as damaged.
+    fn found(&self, snapshot: &Snapshot, score: f32, address: DocAddress) -> Result<FoundSection> {
+        let section_key = match snapshot.section_key_at(address) {
+            Some(key) => key,
+            None => self.load_hit(snapshot, score, address)?.section_key,
+        };
+        Ok(FoundSection {
+            address,
+            section_key,
+            score,
+        })
     }
 
     /// Constant-zero clauses that hold `filter` (metadata terms, doc ids) in either leg.
@@ -180,6 +242,18 @@ impl CollectionIndex {
         filter: &Filter,
         limit: usize,
     ) -> Result<Vec<SectionHit>> {
+        let found = self.find_dense(snapshot, query, filter, limit)?;
+        self.read_found(snapshot, &found)
+    }
+
+    /// [`Self::search_dense`] without reading the sections.
+    pub fn find_dense(
+        &self,
+        snapshot: &Snapshot,
+        query: &[f32],
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<Vec<FoundSection>> {
         let Some(dense) = &self.dense else {
             return Ok(Vec::new());
         };
@@ -219,7 +293,7 @@ impl CollectionIndex {
         let similarity: HashMap<u64, f32> = neighbours.into_iter().collect();
         let mut hits = found
             .into_iter()
-            .map(|(_, address)| self.load_hit(snapshot, 0.0, address))
+            .map(|(_, address)| self.found(snapshot, 0.0, address))
             .collect::<Result<Vec<_>>>()?;
         for hit in &mut hits {
             hit.score = similarity.get(&hit.section_key).copied().unwrap_or(0.0);

@@ -66,5 +66,6 @@ fn analyze_one(
         tokens,
         terms,
         sentences,
+        spans_from_offsets: tokenizer.spans_count_from_offsets(text),
     }
 }

@@ -1,10 +1,11 @@
 //! The coarse stage: retrieval of whole sections: BM25 (tantivy) and, with the neural stage, the
-//! nearest section vectors (hnsw), fused by weighted reciprocal rank fusion.
+//! nearest section vectors (hnsw), fused by weighted reciprocal rank fusion. Both legs return
+//! where their sections lie; only the `top_k` the fusion keeps are read, each once.
 
 use std::collections::HashMap;
 
 use crate::error::Result;
-use crate::index::{CollectionIndex, SectionHit, Snapshot};
+use crate::index::{CollectionIndex, FoundSection, SectionHit, Snapshot};
 use crate::types::Filter;
 
 /// Weighted reciprocal rank fusion: `Σ weight / (k + rank)`, rank counted from 1.
@@ -27,21 +28,37 @@ pub fn retrieve(
     top_k: usize,
     fusion: Fusion,
 ) -> Result<Vec<SectionHit>> {
-    let lexical = index.search(snapshot, terms, filter, top_k)?;
+    let lexical = index.find(snapshot, terms, filter, top_k)?;
     let Some(query_vector) = query_vector.filter(|_| index.has_dense()) else {
-        return Ok(lexical);
+        return index.read_found(snapshot, &lexical);
     };
-    let dense = index.search_dense(snapshot, query_vector, filter, top_k)?;
-    Ok(fuse(lexical, dense, top_k, fusion))
+    let dense = index.find_dense(snapshot, query_vector, filter, top_k)?;
+    index.read_found(snapshot, &fuse(lexical, dense, top_k, fusion))
 }
 
-pub fn fuse(
-    lexical: Vec<SectionHit>,
-    dense: Vec<SectionHit>,
-    top_k: usize,
-    fusion: Fusion,
-) -> Vec<SectionHit> {
-    let mut fused: Vec<SectionHit> = Vec::with_capacity(lexical.len() + dense.len());
+/// What the fusion reads and writes of a leg's result.
+pub trait Ranked {
+    fn section_key(&self) -> u64;
+    fn score(&self) -> f32;
+    fn score_mut(&mut self) -> &mut f32;
+}
+
+impl Ranked for FoundSection {
+    fn section_key(&self) -> u64 {
+        self.section_key
+    }
+    fn score(&self) -> f32 {
+        self.score
+    }
+    fn score_mut(&mut self) -> &mut f32 {
+        &mut self.score
+    }
+}
+
+/// The two legs' results fused by weighted reciprocal rank, best `top_k` first (ties by key),
+/// each scored by its fused score.
+pub fn fuse<T: Ranked>(lexical: Vec<T>, dense: Vec<T>, top_k: usize, fusion: Fusion) -> Vec<T> {
+    let mut fused: Vec<T> = Vec::with_capacity(lexical.len() + dense.len());
     let mut position: HashMap<u64, usize> = HashMap::with_capacity(lexical.len() + dense.len());
     for (leg, weight) in [
         (lexical, fusion.lexical_weight),
@@ -49,20 +66,20 @@ pub fn fuse(
     ] {
         for (rank, mut hit) in leg.into_iter().enumerate() {
             let contribution = weight / (fusion.k + rank as f32 + 1.0);
-            match position.get(&hit.section_key) {
-                Some(&i) => fused[i].score += contribution,
+            match position.get(&hit.section_key()) {
+                Some(&i) => *fused[i].score_mut() += contribution,
                 None => {
-                    position.insert(hit.section_key, fused.len());
-                    hit.score = contribution;
+                    position.insert(hit.section_key(), fused.len());
+                    *hit.score_mut() = contribution;
                     fused.push(hit);
                 }
             }
         }
     }
     fused.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then(a.section_key.cmp(&b.section_key))
+        b.score()
+            .total_cmp(&a.score())
+            .then(a.section_key().cmp(&b.section_key()))
     });
     fused.truncate(top_k);
     fused
@@ -71,6 +88,18 @@ pub fn fuse(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Ranked for SectionHit {
+        fn section_key(&self) -> u64 {
+            self.section_key
+        }
+        fn score(&self) -> f32 {
+            self.score
+        }
+        fn score_mut(&mut self) -> &mut f32 {
+            &mut self.score
+        }
+    }
 
     fn hit(key: u64) -> SectionHit {
         SectionHit {

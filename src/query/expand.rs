@@ -167,10 +167,14 @@ fn grow(
         }
     }
     let header = header.1;
+    let analysis = &inputs.analyses[span.hit_index as usize];
     let token_count = match header {
-        None => inputs
-            .tokenizer
-            .count(&hit.text[start as usize..end as usize]),
+        None => inputs.tokenizer.count_span(
+            &hit.text,
+            &analysis.tokens,
+            analysis.spans_from_offsets,
+            start as usize..end as usize,
+        ),
         Some(header) => inputs
             .tokenizer
             .count(&with_context(&hit.text, header, (start, end))),

@@ -66,6 +66,10 @@ pub struct SectionAnalysis {
     pub terms: Vec<(u32, u64)>,
     /// Sentences of the text ([`crate::chunk::sentences`]), so chunking does not segment again.
     pub sentences: Vec<Range<u32>>,
+    /// Whether the counts of spans of the text can be read from `tokens`
+    /// ([`crate::tokenizer::BudgetTokenizer::spans_count_from_offsets`]): pack and expand then
+    /// count a span without tokenizing it again, exactly as its own text counts.
+    pub spans_from_offsets: bool,
 }
 
 impl SectionAnalysis {

@@ -62,8 +62,14 @@ pub fn pack(
         if used - freed + (covered / 2).saturating_sub(4) > budget {
             continue;
         }
+        let analysis = &analyses[candidate.hit_index as usize];
         let merged_tokens = match header {
-            None => tokenizer.count(&text[start as usize..end as usize]),
+            None => tokenizer.count_span(
+                text,
+                &analysis.tokens,
+                analysis.spans_from_offsets,
+                start as usize..end as usize,
+            ),
             Some(header) => tokenizer.count(&with_context(text, header, (start, end))),
         } as u64;
         if used - freed + merged_tokens > budget {
@@ -360,6 +366,7 @@ mod properties {
                     tokens: tokenizer.offsets(&hit.text),
                     terms: Vec::new(),
                     sentences: Vec::new(),
+                    spans_from_offsets: tokenizer.spans_count_from_offsets(&hit.text),
                 })
             })
             .collect();
@@ -508,7 +515,12 @@ mod properties {
                 .map(|hit| {
                     let mut sentences = Vec::new();
                     crate::chunk::sentences(&hit.text, &mut sentences);
-                    Arc::new(SectionAnalysis { tokens: tokenizer().offsets(&hit.text), terms: Vec::new(), sentences })
+                    Arc::new(SectionAnalysis {
+                        tokens: tokenizer().offsets(&hit.text),
+                        terms: Vec::new(),
+                        sentences,
+                        spans_from_offsets: tokenizer().spans_count_from_offsets(&hit.text),
+                    })
                 })
                 .collect();
             let options = ChunkOptions {

@@ -273,6 +273,7 @@ mod tests {
             tokens: TokenOffsets::default(),
             terms,
             sentences: Vec::new(),
+            spans_from_offsets: false,
         })
     }
 

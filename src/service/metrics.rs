@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::Engine;
-use crate::types::{CollectionInfo, CollectionState, RetrieveResult};
+use crate::types::{CollectionInfo, CollectionState, QueryVectorSource, RetrieveResult};
 
 impl Engine {
     /// A replica's progress through the log (nothing on a single node).
@@ -113,5 +113,16 @@ impl Engine {
             .cache_lookups
             .with_label_values(&["section", "miss"])
             .inc_by(section_misses);
+        let query_vector = match result.query_vector {
+            QueryVectorSource::None => None,
+            QueryVectorSource::Model => Some("miss"),
+            QueryVectorSource::Cache => Some("hit"),
+        };
+        if let Some(outcome) = query_vector {
+            self.metrics
+                .cache_lookups
+                .with_label_values(&["query_vector", outcome])
+                .inc();
+        }
     }
 }

@@ -102,7 +102,11 @@ impl Engine {
             },
         )?;
         let catalog = Arc::new(catalog);
-        let caches = Caches::new(config.cache.result_bytes, config.cache.section_bytes);
+        let caches = Caches::new(
+            config.cache.result_bytes,
+            config.cache.section_bytes,
+            config.cache.query_vector_bytes,
+        );
         let pool = CpuPool::new(config.cpu_threads())?;
         Ok(Self {
             config,

@@ -7,6 +7,7 @@ use std::time::Instant;
 use super::cache::{Caches, ResultKey};
 use super::{Collection, Engine};
 use crate::chunk::ChunkOptions;
+use crate::config::DenseModel;
 use crate::embed::Embedder;
 use crate::error::Result;
 use crate::index::{CollectionIndex, SectionHit, Snapshot};
@@ -23,6 +24,8 @@ struct QuerySettings {
     weights: score::Weights,
     fusion: coarse::Fusion,
     embedder: Option<Arc<dyn Embedder>>,
+    /// The embedder's name in the query-vector cache's keys.
+    model_name: &'static str,
 }
 
 impl Engine {
@@ -119,6 +122,10 @@ impl Engine {
                 dense_weight: retrieval.rrf_dense_weight,
             },
             embedder: self.embedder.clone(),
+            model_name: match self.config.models.dense {
+                DenseModel::Static => "static",
+                _ => "minilm",
+            },
         }
     }
 }
@@ -171,7 +178,15 @@ fn run_query_stages(
     let index = &collection.index;
     let tokenizer = &collection.extra.tokenizer;
 
-    let embedded = embed::embed(&query.query, settings.embedder.as_deref(), index, snapshot)?;
+    let model = settings
+        .embedder
+        .as_deref()
+        .map(|embedder| embed::QueryModel {
+            embedder,
+            name: settings.model_name,
+        });
+    let vectors = &caches.query_vectors;
+    let (embedded, vector_source) = embed::embed(&query.query, model, vectors, index, snapshot)?;
     timer.lap("embed");
 
     let query_vector = embedded.vector.as_deref();
@@ -223,6 +238,7 @@ fn run_query_stages(
         chunks_considered: candidates.len() as u32,
         chunks,
         log_position: 0,
+        query_vector: vector_source,
     })
 }
 
