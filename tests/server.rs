@@ -505,7 +505,18 @@ async fn a_chunk_continuing_a_table_carries_its_header_as_counted_context() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path()).await;
     let mut client = server.client.clone();
-    create_collection(&mut client, "tables").await;
+    // Sections large enough to hold each table whole: the header is context of the chunks of the
+    // section that holds it (a table cut over two sections starts the second without one).
+    client
+        .create_collection(proto::CreateCollectionRequest {
+            name: "tables".into(),
+            settings: Some(proto::CollectionSettings {
+                section_tokens: Some(1024),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("create collection");
     let header = "| element | symbol | use |\n|---|---|---|";
     let elements = [
         "hydrogen",
