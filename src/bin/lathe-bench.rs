@@ -5,7 +5,9 @@
 //! - the collection's size on disk after a clean stop;
 //! - open time after a clean stop (SIGTERM) and after `kill -9` (one acknowledged write just
 //!   before the kill): from spawning the process to the first successful Retrieve;
-//! - resident memory of the server (VmRSS) after open and after 1,000 queries;
+//! - resident memory of the server after open and after 1,000 queries: VmRSS, split into
+//!   anonymous memory (RssAnon: heaps, graphs, caches) and file-backed pages (RssFile: mapped
+//!   index files and libraries), which the kernel can drop and re-read;
 //! - Retrieve p50/p99 with result-cache misses (every query text distinct; budget 1024 by
 //!   default) from 1 client and from 8;
 //! - dense ANN recall@10 against exact search: after the server stopped, the bench opens the
@@ -88,6 +90,11 @@ struct Args {
     /// Keep each size's data dir.
     #[arg(long)]
     keep: bool,
+    /// Reuse a size's data dir kept by an earlier run with the same --work-dir (and --keep):
+    /// skip the build, take its figures from `size-<N>.build.json` beside the data dir, and
+    /// measure the rest again. Implies --keep.
+    #[arg(long)]
+    reuse: bool,
     /// Measure nothing: write the table and plot of earlier runs' results.csv files (e.g. sizes
     /// run one at a time) to --out.
     #[arg(long, value_delimiter = ',')]
@@ -115,12 +122,23 @@ struct SizeReport {
     disk_bytes: u64,
     open_clean_seconds: f64,
     open_killed_seconds: f64,
-    rss_open_mib: f64,
-    rss_queries_mib: f64,
+    rss_open: Resident,
+    rss_queries: Resident,
     one_client: Latency,
     many_clients: Latency,
     /// `None` without a dense index.
     recall_at_10: Option<f64>,
+}
+
+/// Resident memory of a process, in MiB (from /proc/<pid>/status).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Resident {
+    /// VmRSS.
+    total: f64,
+    /// RssAnon: heaps, stacks, anonymous maps.
+    anon: f64,
+    /// RssFile: pages of mapped files (index files, the binary, libraries).
+    file: f64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -128,6 +146,13 @@ struct Latency {
     p50_ms: f64,
     p99_ms: f64,
     qps: f64,
+}
+
+impl Resident {
+    /// A table cell: "total (anon + file)".
+    fn cell(&self) -> String {
+        format!("{:.0} ({:.0} + {:.0})", self.total, self.anon, self.file)
+    }
 }
 
 impl SizeReport {
@@ -393,11 +418,11 @@ fn serving_address(line: &str) -> Option<String> {
     Some(rest.chars().take_while(|c| *c != '"').collect())
 }
 
-/// VmRSS of `pid` in MiB.
-fn resident_mib(pid: u32) -> anyhow::Result<f64> {
+/// Resident memory of `pid`.
+fn resident(pid: u32) -> anyhow::Result<Resident> {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    parse_vm_rss_mib(&status).with_context(|| format!("no VmRSS in {path}"))
+    parse_resident(&status).with_context(|| format!("no VmRSS, RssAnon or RssFile in {path}"))
 }
 
 /// CPU seconds (user + system) `pid` has used so far.
@@ -420,10 +445,17 @@ fn parse_cpu_ticks(stat: &str) -> Option<u64> {
     Some(user + system)
 }
 
-fn parse_vm_rss_mib(status: &str) -> Option<f64> {
-    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
+fn parse_resident(status: &str) -> Option<Resident> {
+    let mib = |field: &str| -> Option<f64> {
+        let line = status.lines().find(|line| line.starts_with(field))?;
+        let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib / 1024.0)
+    };
+    Some(Resident {
+        total: mib("VmRSS:")?,
+        anon: mib("RssAnon:")?,
+        file: mib("RssFile:")?,
+    })
 }
 
 /// Bytes of every file under `path`.
@@ -752,10 +784,7 @@ const START_LIMIT: Duration = Duration::from_secs(3600);
 impl Bench {
     fn run_size(&self, target: usize) -> anyhow::Result<SizeReport> {
         let data_dir = self.work_dir.join(format!("size-{target}"));
-        if data_dir.exists() {
-            std::fs::remove_dir_all(&data_dir)
-                .with_context(|| format!("removing {}", data_dir.display()))?;
-        }
+        let build_record = self.work_dir.join(format!("size-{target}.build.json"));
         let per_run = self.args.queries * 2 + 4;
         let feed = Arc::new(QueryFeed {
             queries: corpus_queries(&self.corpus, per_run.max(self.args.recall_queries)),
@@ -765,8 +794,19 @@ impl Bench {
             target_sections: target,
             ..SizeReport::default()
         };
-        eprintln!("size {target}: building in {}", data_dir.display());
-        self.build(&data_dir, target, &mut report)?;
+        let reused = self.args.reuse && data_dir.exists() && build_record.exists();
+        if reused {
+            eprintln!("size {target}: reusing {}", data_dir.display());
+            read_build_record(&build_record, &mut report)?;
+        } else {
+            if data_dir.exists() {
+                std::fs::remove_dir_all(&data_dir)
+                    .with_context(|| format!("removing {}", data_dir.display()))?;
+            }
+            eprintln!("size {target}: building in {}", data_dir.display());
+            self.build(&data_dir, target, &mut report)?;
+            write_build_record(&build_record, &report)?;
+        }
         report.disk_bytes = disk_bytes(&data_dir.join("collections"));
         eprintln!("size {target}: open after a clean stop, queries");
         self.open_and_query(&data_dir, &feed, &mut report)?;
@@ -782,8 +822,9 @@ impl Bench {
                 recall_queries,
             )?);
         }
-        if !self.args.keep {
+        if !self.args.keep && !self.args.reuse {
             let _ = std::fs::remove_dir_all(&data_dir);
+            let _ = std::fs::remove_file(&build_record);
         }
         Ok(report)
     }
@@ -825,10 +866,10 @@ impl Bench {
             let (_client, open_seconds) =
                 first_retrieve(&address, COLLECTION, feed, budget, server.spawned_at).await?;
             report.open_clean_seconds = open_seconds;
-            report.rss_open_mib = resident_mib(server.pid())?;
+            report.rss_open = resident(server.pid())?;
             report.one_client =
                 measure_latency(&address, COLLECTION, Arc::clone(feed), queries, 1, budget).await?;
-            report.rss_queries_mib = resident_mib(server.pid())?;
+            report.rss_queries = resident(server.pid())?;
             report.many_clients = measure_latency(
                 &address,
                 COLLECTION,
@@ -867,10 +908,40 @@ impl Bench {
     }
 }
 
+/// The build's figures, kept beside its data dir for `--reuse`.
+fn write_build_record(path: &Path, report: &SizeReport) -> anyhow::Result<()> {
+    let record = serde_json::json!({
+        "sections": report.sections,
+        "documents": report.documents,
+        "text_bytes": report.text_bytes,
+        "build_seconds": report.build_seconds,
+        "build_cpu_seconds": report.build_cpu_seconds,
+    });
+    std::fs::write(path, record.to_string()).with_context(|| format!("writing {}", path.display()))
+}
+
+fn read_build_record(path: &Path, report: &mut SizeReport) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let record: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let number = |name: &str| {
+        record[name]
+            .as_f64()
+            .with_context(|| format!("{} has no `{name}`", path.display()))
+    };
+    report.sections = number("sections")? as u64;
+    report.documents = number("documents")? as u64;
+    report.text_bytes = number("text_bytes")? as u64;
+    report.build_seconds = number("build_seconds")?;
+    report.build_cpu_seconds = number("build_cpu_seconds")?;
+    Ok(())
+}
+
 // ------------------------------------------------------------------------------------------------
 // Reports
 
-const TABLE_HEADER: &str = "| sections | documents | text MB | build s | build MB/s | build MB/CPU-s | disk MiB | open clean s | open kill -9 s | RSS open MiB | RSS +queries MiB | p50 1c ms | p99 1c ms | p50 Nc ms | p99 Nc ms | QPS Nc | recall@10 |";
+const TABLE_HEADER: &str = "| sections | documents | text MB | build s | build MB/s | build MB/CPU-s | disk MiB | open clean s | open kill -9 s | RSS open MiB (anon + file) | RSS +queries MiB (anon + file) | p50 1c ms | p99 1c ms | p50 Nc ms | p99 Nc ms | QPS Nc | recall@10 |";
 
 fn markdown_table(reports: &[SizeReport], clients: usize) -> String {
     let mut table = TABLE_HEADER.replace(" Nc", &format!(" {clients}c"));
@@ -880,7 +951,7 @@ fn markdown_table(reports: &[SizeReport], clients: usize) -> String {
     );
     for r in reports {
         table.push_str(&format!(
-            "| {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {} |\n",
+            "| {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0} | {:.2} | {:.2} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {} |\n",
             r.sections,
             r.documents,
             r.text_bytes as f64 / 1e6,
@@ -890,8 +961,8 @@ fn markdown_table(reports: &[SizeReport], clients: usize) -> String {
             r.disk_bytes as f64 / (1024.0 * 1024.0),
             r.open_clean_seconds,
             r.open_killed_seconds,
-            r.rss_open_mib,
-            r.rss_queries_mib,
+            r.rss_open.cell(),
+            r.rss_queries.cell(),
             r.one_client.p50_ms,
             r.one_client.p99_ms,
             r.many_clients.p50_ms,
@@ -930,8 +1001,16 @@ fn parse_csv(text: &str) -> anyhow::Result<Vec<SizeReport>> {
             disk_bytes: number("disk_bytes") as u64,
             open_clean_seconds: number("open_clean_s"),
             open_killed_seconds: number("open_kill9_s"),
-            rss_open_mib: number("rss_open_mib"),
-            rss_queries_mib: number("rss_queries_mib"),
+            rss_open: Resident {
+                total: number("rss_open_mib"),
+                anon: number("rss_open_anon_mib"),
+                file: number("rss_open_file_mib"),
+            },
+            rss_queries: Resident {
+                total: number("rss_queries_mib"),
+                anon: number("rss_queries_anon_mib"),
+                file: number("rss_queries_file_mib"),
+            },
             one_client: Latency {
                 p50_ms: number("p50_1c_ms"),
                 p99_ms: number("p99_1c_ms"),
@@ -970,10 +1049,10 @@ fn replot(args: &Args) -> anyhow::Result<()> {
 }
 
 fn csv_table(reports: &[SizeReport]) -> String {
-    let mut csv = String::from("sections,documents,text_bytes,build_s,build_mb_s,build_cpu_s,disk_bytes,open_clean_s,open_kill9_s,rss_open_mib,rss_queries_mib,p50_1c_ms,p99_1c_ms,p50_nc_ms,p99_nc_ms,qps_nc,recall_at_10\n");
+    let mut csv = String::from("sections,documents,text_bytes,build_s,build_mb_s,build_cpu_s,disk_bytes,open_clean_s,open_kill9_s,rss_open_mib,rss_open_anon_mib,rss_open_file_mib,rss_queries_mib,rss_queries_anon_mib,rss_queries_file_mib,p50_1c_ms,p99_1c_ms,p50_nc_ms,p99_nc_ms,qps_nc,recall_at_10\n");
     for r in reports {
         csv.push_str(&format!(
-            "{},{},{},{:.3},{:.3},{:.3},{},{:.3},{:.3},{:.1},{:.1},{:.3},{:.3},{:.3},{:.3},{:.1},{}\n",
+            "{},{},{},{:.3},{:.3},{:.3},{},{:.3},{:.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.3},{:.3},{:.3},{:.3},{:.1},{}\n",
             r.sections,
             r.documents,
             r.text_bytes,
@@ -983,8 +1062,12 @@ fn csv_table(reports: &[SizeReport]) -> String {
             r.disk_bytes,
             r.open_clean_seconds,
             r.open_killed_seconds,
-            r.rss_open_mib,
-            r.rss_queries_mib,
+            r.rss_open.total,
+            r.rss_open.anon,
+            r.rss_open.file,
+            r.rss_queries.total,
+            r.rss_queries.anon,
+            r.rss_queries.file,
             r.one_client.p50_ms,
             r.one_client.p99_ms,
             r.many_clients.p50_ms,
@@ -1233,9 +1316,16 @@ mod tests {
         assert_eq!(latency.p50_ms, 50.0);
         assert_eq!(latency.p99_ms, 99.0);
         assert_eq!(latency.qps, 50.0);
-        let status = "Name:\tlathe\nVmPeak:\t  900 kB\nVmRSS:\t  204800 kB\n";
-        assert_eq!(parse_vm_rss_mib(status), Some(200.0));
-        assert_eq!(parse_vm_rss_mib("Name:\tlathe\n"), None);
+        let status = "Name:\tlathe\nVmPeak:\t  900 kB\nVmRSS:\t  204800 kB\nRssAnon:\t  153600 kB\nRssFile:\t   51200 kB\nRssShmem:\t       0 kB\n";
+        assert_eq!(
+            parse_resident(status),
+            Some(Resident {
+                total: 200.0,
+                anon: 150.0,
+                file: 50.0
+            })
+        );
+        assert_eq!(parse_resident("Name:\tlathe\nVmRSS:\t  204800 kB\n"), None);
         let stat = "4242 (lathe (x) y) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 11 0";
         assert_eq!(parse_cpu_ticks(stat), Some(300));
         let line = r#"{"fields":{"message":"lathe serving","address":"127.0.0.1:4321"}}"#;
@@ -1272,8 +1362,16 @@ mod tests {
             disk_bytes: 3 * 1024 * 1024,
             open_clean_seconds: 0.5,
             open_killed_seconds: 0.6,
-            rss_open_mib: 150.0,
-            rss_queries_mib: 160.0,
+            rss_open: Resident {
+                total: 150.0,
+                anon: 120.0,
+                file: 30.0,
+            },
+            rss_queries: Resident {
+                total: 160.0,
+                anon: 125.0,
+                file: 35.0,
+            },
             one_client: Latency {
                 p50_ms: 3.0,
                 p99_ms: 9.0,
@@ -1289,7 +1387,7 @@ mod tests {
         let table = markdown_table(std::slice::from_ref(&report), 8);
         assert!(table.contains("| p50 8c ms |"), "{table}");
         assert!(
-            table.contains("| 203 | 50 | 2.0 | 4.0 | 0.50 | 1.00 | 3 | 0.50 | 0.60 | 150 | 160 | 3.00 | 9.00 | 6.00 | 20.00 | 900 | 0.987 |"),
+            table.contains("| 203 | 50 | 2.0 | 4.0 | 0.50 | 1.00 | 3 | 0.50 | 0.60 | 150 (120 + 30) | 160 (125 + 35) | 3.00 | 9.00 | 6.00 | 20.00 | 900 | 0.987 |"),
             "{table}"
         );
         let csv = csv_table(std::slice::from_ref(&report));
