@@ -126,6 +126,9 @@ struct SizeReport {
     rss_queries: Resident,
     one_client: Latency,
     many_clients: Latency,
+    /// The server's own stage timings (RetrieveResponse.timings) of the 1-client run: stage,
+    /// p50 ms, p99 ms, in the order the server reports them. Not in the CSV.
+    one_client_stages: Vec<StageLatency>,
     /// `None` without a dense index.
     recall_at_10: Option<f64>,
 }
@@ -139,6 +142,13 @@ struct Resident {
     anon: f64,
     /// RssFile: pages of mapped files (index files, the binary, libraries).
     file: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct StageLatency {
+    stage: String,
+    p50_ms: f64,
+    p99_ms: f64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -526,7 +536,8 @@ async fn first_retrieve(
     }
 }
 
-/// `count` Retrieves from `clients` connections, each query new; latencies in µs, sorted.
+/// `count` Retrieves from `clients` connections, each query new: the latency summary and the
+/// server's stage timings.
 async fn measure_latency(
     address: &str,
     collection: &str,
@@ -534,7 +545,7 @@ async fn measure_latency(
     count: usize,
     clients: usize,
     budget: u32,
-) -> anyhow::Result<Latency> {
+) -> anyhow::Result<(Latency, Vec<StageLatency>)> {
     let issued = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(clients);
@@ -547,24 +558,61 @@ async fn measure_latency(
         );
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
+            let mut timings = Vec::new();
             while issued.fetch_add(1, Ordering::Relaxed) < count {
                 let request = retrieve_request(&collection, feed.take()?, budget);
                 let sent = Instant::now();
-                client
+                let response = client
                     .retrieve(request)
                     .await
                     .map_err(|status| anyhow::anyhow!("Retrieve failed: {status}"))?;
                 latencies.push(sent.elapsed().as_micros() as u64);
+                timings.push(response.into_inner().timings);
             }
-            anyhow::Ok(latencies)
+            anyhow::Ok((latencies, timings))
         }));
     }
     let mut latencies = Vec::with_capacity(count);
+    let mut timings = Vec::with_capacity(count);
     for task in tasks {
-        latencies.extend(task.await.context("client task panicked")??);
+        let (task_latencies, task_timings) = task.await.context("client task panicked")??;
+        latencies.extend(task_latencies);
+        timings.extend(task_timings);
     }
     let seconds = started.elapsed().as_secs_f64();
-    Ok(latency_summary(latencies, seconds))
+    Ok((latency_summary(latencies, seconds), stage_summary(&timings)))
+}
+
+/// p50 and p99 of each stage over `responses`, stages in the order first seen; a response that
+/// skipped a stage counts 0 for it.
+fn stage_summary(responses: &[Vec<proto::StageTiming>]) -> Vec<StageLatency> {
+    let mut stages: Vec<String> = Vec::new();
+    for timing in responses.iter().flatten() {
+        if !stages.contains(&timing.stage) {
+            stages.push(timing.stage.clone());
+        }
+    }
+    stages
+        .into_iter()
+        .map(|stage| {
+            let mut micros: Vec<u64> = responses
+                .iter()
+                .map(|timings| {
+                    timings
+                        .iter()
+                        .filter(|timing| timing.stage == stage)
+                        .map(|timing| timing.micros)
+                        .sum()
+                })
+                .collect();
+            micros.sort_unstable();
+            StageLatency {
+                stage,
+                p50_ms: percentile(&micros, 50.0) as f64 / 1e3,
+                p99_ms: percentile(&micros, 99.0) as f64 / 1e3,
+            }
+        })
+        .collect()
 }
 
 fn latency_summary(mut latencies_us: Vec<u64>, seconds: f64) -> Latency {
@@ -867,10 +915,10 @@ impl Bench {
                 first_retrieve(&address, COLLECTION, feed, budget, server.spawned_at).await?;
             report.open_clean_seconds = open_seconds;
             report.rss_open = resident(server.pid())?;
-            report.one_client =
+            (report.one_client, report.one_client_stages) =
                 measure_latency(&address, COLLECTION, Arc::clone(feed), queries, 1, budget).await?;
             report.rss_queries = resident(server.pid())?;
-            report.many_clients = measure_latency(
+            (report.many_clients, _) = measure_latency(
                 &address,
                 COLLECTION,
                 Arc::clone(feed),
@@ -974,6 +1022,24 @@ fn markdown_table(reports: &[SizeReport], clients: usize) -> String {
     table
 }
 
+/// The server's stage timings of each size's 1-client run (sizes read back from a CSV have none).
+fn stage_table(reports: &[SizeReport]) -> String {
+    let mut table = String::new();
+    for r in reports.iter().filter(|r| !r.one_client_stages.is_empty()) {
+        table.push_str(&format!(
+            "\nServer stage timings at {} sections, 1 client (p50 / p99 ms):\n\n| stage | p50 ms | p99 ms |\n|---|---:|---:|\n",
+            r.sections
+        ));
+        for stage in &r.one_client_stages {
+            table.push_str(&format!(
+                "| {} | {:.2} | {:.2} |\n",
+                stage.stage, stage.p50_ms, stage.p99_ms
+            ));
+        }
+    }
+    table
+}
+
 /// The rows of a `results.csv` (columns found by name; one missing, as in files written before
 /// it existed, reads as 0).
 fn parse_csv(text: &str) -> anyhow::Result<Vec<SizeReport>> {
@@ -1022,6 +1088,7 @@ fn parse_csv(text: &str) -> anyhow::Result<Vec<SizeReport>> {
                 qps: number("qps_nc"),
             },
             recall_at_10: (recall > 0.0).then_some(recall),
+            one_client_stages: Vec::new(),
         });
     }
     Ok(reports)
@@ -1161,7 +1228,11 @@ fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
 fn write_outputs(args: &Args, reports: &[SizeReport], header: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let markdown = format!("{header}\n{}", markdown_table(reports, args.clients));
+    let markdown = format!(
+        "{header}\n{}\n{}",
+        markdown_table(reports, args.clients),
+        stage_table(reports)
+    );
     std::fs::write(args.out.join("results.md"), &markdown).context("writing results.md")?;
     std::fs::write(args.out.join("results.csv"), csv_table(reports))
         .context("writing results.csv")?;
@@ -1333,6 +1404,27 @@ mod tests {
     }
 
     #[test]
+    fn stage_timings_summarise_per_stage_and_count_a_skipped_stage_as_zero() {
+        let timing = |stage: &str, micros| proto::StageTiming {
+            stage: stage.into(),
+            micros,
+        };
+        let responses = vec![
+            vec![timing("coarse", 1000), timing("total", 3000)],
+            vec![
+                timing("coarse", 3000),
+                timing("pack", 500),
+                timing("total", 5000),
+            ],
+        ];
+        let stages = stage_summary(&responses);
+        let names: Vec<&str> = stages.iter().map(|s| s.stage.as_str()).collect();
+        assert_eq!(names, ["coarse", "total", "pack"]);
+        assert_eq!(stages[2].p50_ms, 0.0);
+        assert_eq!(stages[2].p99_ms, 0.5);
+    }
+
+    #[test]
     fn recall_counts_exact_hits_and_ties_of_the_kth_similarity() {
         let vectors = vec![
             (1, vec![1.0, 0.0]),
@@ -1383,6 +1475,11 @@ mod tests {
                 qps: 900.0,
             },
             recall_at_10: Some(0.987),
+            one_client_stages: vec![StageLatency {
+                stage: "coarse".into(),
+                p50_ms: 1.5,
+                p99_ms: 4.0,
+            }],
         };
         let table = markdown_table(std::slice::from_ref(&report), 8);
         assert!(table.contains("| p50 8c ms |"), "{table}");
@@ -1397,6 +1494,8 @@ mod tests {
         // The CSV keeps 1-client QPS out and the target size is the size built.
         read_back[0].one_client.qps = report.one_client.qps;
         read_back[0].target_sections = report.target_sections;
+        read_back[0].one_client_stages = report.one_client_stages.clone();
+        assert!(stage_table(std::slice::from_ref(&report)).contains("| coarse | 1.50 | 4.00 |"));
         assert_eq!(read_back[0], report);
         assert_eq!(
             csv.lines().next().unwrap().split(',').count(),
