@@ -279,7 +279,7 @@ fn open_verified_index(
 ) -> Result<Index> {
     let directory = storage::IndexDirectory::open(path)
         .map_err(|e| LatheError::internal(format!("opening {}: {e}", path.display())))?;
-    let directory = VerifiedDirectory::new(directory, Arc::clone(integrity));
+    let directory = VerifiedDirectory::new(directory, path, Arc::clone(integrity));
     let index = match Index::open_or_create(directory, schema) {
         Ok(index) => index,
         Err(tantivy::TantivyError::SchemaError(reason)) => {

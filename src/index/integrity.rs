@@ -7,7 +7,11 @@
 //!   file reaches tantivy's decoders (whose lengths are trusted: a damaged doc store once made
 //!   one reserve 21 PB and abort the process). Segment files are immutable and their names are
 //!   never reused, so once per file per process suffices: a collection's files are verified when
-//!   it opens, and each new segment (commit, merge) when the reader first opens it.
+//!   it opens, and each new segment (commit, merge) when the reader first opens it. The checksum
+//!   is computed from plain reads of the file into a bounded buffer, not through tantivy's memory
+//!   map: reading every byte through the map would leave the whole index resident in the
+//!   process (counted in its RSS as file pages) after every open, while tantivy itself touches
+//!   only the pages a query needs.
 //! - **Sections**: every stored section carries a BLAKE3 checksum of all it stores
 //!   (`section_document::StoredSection`), verified on every read. This is what catches a file changed in
 //!   place after it was verified (it is memory-mapped), or a CRC32 collision.
@@ -120,6 +124,9 @@ impl Integrity {
 #[derive(Clone)]
 pub struct VerifiedDirectory<D = MmapDirectory> {
     inner: D,
+    /// The folder `inner` holds its files in: checksums are computed from reads of the files
+    /// there, not through `inner`'s memory maps (see the module doc).
+    root: PathBuf,
     state: Arc<VerifiedState>,
 }
 
@@ -138,9 +145,11 @@ impl<D: fmt::Debug> fmt::Debug for VerifiedDirectory<D> {
 }
 
 impl<D: Directory + Clone> VerifiedDirectory<D> {
-    pub fn new(inner: D, integrity: Arc<Integrity>) -> Self {
+    /// `inner` reads the files of folder `root`.
+    pub fn new(inner: D, root: &Path, integrity: Arc<Integrity>) -> Self {
         Self {
             inner,
+            root: root.to_path_buf(),
             state: Arc::new(VerifiedState {
                 integrity,
                 verified: Mutex::new(HashSet::new()),
@@ -191,7 +200,7 @@ impl<D: Directory + Clone> Directory for VerifiedDirectory<D> {
         }
         // Outside the locks: a large file takes a while, and two threads verifying the same new
         // file at once only repeat work.
-        match verify_footer_checksum(Arc::clone(&handle)) {
+        match verify_footer_checksum(Arc::clone(&handle), &self.root.join(path)) {
             Ok(()) => {
                 self.state
                     .verified
@@ -232,14 +241,18 @@ impl<D: Directory + Clone> Directory for VerifiedDirectory<D> {
     }
 }
 
-/// Checks a tantivy file's footer checksum: the CRC32 of everything before the footer.
-fn verify_footer_checksum(handle: Arc<dyn FileHandle>) -> Result<(), String> {
+/// Bytes read per call while checksumming a file.
+const CHECKSUM_READ_BYTES: usize = 1 << 20;
+
+/// Checks a tantivy file's footer checksum: the CRC32 of everything before the footer. The footer
+/// is read through `handle` (its last bytes only); the body from `file`, the same file on disk, in
+/// reads of [`CHECKSUM_READ_BYTES`], so that checking maps nothing into the process.
+fn verify_footer_checksum(handle: Arc<dyn FileHandle>, file: &Path) -> Result<(), String> {
+    let file_bytes = handle.len();
     let (footer, body) = Footer::extract_footer(FileSlice::new(handle))
         .map_err(|error| format!("has no readable footer ({error})"))?;
-    let contents = body
-        .read_bytes()
+    let crc = crc32_of_prefix(file, body.num_bytes().get_bytes() as usize, file_bytes)
         .map_err(|error| format!("cannot be read ({error})"))?;
-    let crc = crc32fast::hash(contents.as_slice());
     if crc != footer.crc {
         return Err(format!(
             "fails its checksum (its footer says crc32 {:08x}, its contents have {crc:08x})",
@@ -247,6 +260,30 @@ fn verify_footer_checksum(handle: Arc<dyn FileHandle>) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The CRC32 of the first `prefix` bytes of `file`, which must hold `expected_bytes` (the length
+/// of the mapped file whose footer was read).
+fn crc32_of_prefix(file: &Path, prefix: usize, expected_bytes: usize) -> io::Result<u32> {
+    use std::io::Read;
+    let mut opened = std::fs::File::open(file)?;
+    let on_disk = opened.metadata()?.len();
+    if on_disk != expected_bytes as u64 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{on_disk} bytes on disk, {expected_bytes} mapped"),
+        ));
+    }
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buffer = vec![0u8; CHECKSUM_READ_BYTES.min(prefix.max(1))];
+    let mut left = prefix;
+    while left > 0 {
+        let wanted = left.min(buffer.len());
+        opened.read_exact(&mut buffer[..wanted])?;
+        hasher.update(&buffer[..wanted]);
+        left -= wanted;
+    }
+    Ok(hasher.finalize())
 }
 
 #[cfg(test)]
@@ -271,6 +308,7 @@ mod tests {
         let integrity = Integrity::new("c");
         let directory = VerifiedDirectory::new(
             MmapDirectory::open(folder.path()).unwrap(),
+            folder.path(),
             Arc::clone(&integrity),
         );
         (folder, integrity, directory)
@@ -296,6 +334,45 @@ mod tests {
         );
         assert!(directory.state.verified.lock().unwrap().contains(&path));
         assert_eq!(integrity.damage(), None);
+    }
+
+    /// Resident bytes of this process's mapping of `file` (from /proc/self/smaps), if mapped.
+    #[cfg(target_os = "linux")]
+    fn mapped_resident_bytes(file: &Path) -> Option<u64> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let wanted = file.canonicalize().unwrap();
+        let mut lines = smaps.lines();
+        while let Some(line) = lines.next() {
+            if !line.ends_with(&*wanted.to_string_lossy()) {
+                continue;
+            }
+            for field in lines.by_ref() {
+                if let Some(kib) = field.strip_prefix("Rss:") {
+                    let kib: u64 = kib.trim().trim_end_matches("kB").trim().parse().unwrap();
+                    return Some(kib * 1024);
+                }
+            }
+        }
+        None
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn verifying_a_file_reads_it_without_making_its_mapping_resident() {
+        let (folder, integrity, directory) = verified_folder();
+        let contents: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+        let path = written_file(&directory, "big.store", &contents);
+        let handle = directory.get_file_handle(&path).unwrap();
+        assert_eq!(integrity.damage(), None);
+        let resident = mapped_resident_bytes(&folder.path().join("big.store"))
+            .expect("the handle keeps the file mapped");
+        // The footer's page (and the kernel's fault-around) only, not the 8 MiB body.
+        assert!(
+            resident < 1 << 20,
+            "{resident} bytes of the mapping resident"
+        );
+        // Tantivy's reads still go through the map.
+        assert_eq!(handle.read_bytes(0..4).unwrap().as_slice(), &contents[..4]);
     }
 
     #[test]

@@ -46,6 +46,7 @@ mod records;
 pub mod schema;
 mod section_document;
 pub mod storage;
+mod store_reads;
 #[cfg(test)]
 mod testing;
 mod writer;

@@ -18,6 +18,7 @@ use tantivy::directory::{
 };
 use tantivy::TantivyError;
 
+use super::store_reads::{is_doc_store, DocStoreHandle};
 use crate::error::{LatheError, StorageFault};
 
 /// Tantivy's index writer lock, the first file a writer opens for writing.
@@ -98,27 +99,36 @@ pub(super) use forward_unchanged_directory_methods;
 /// on a read-only filesystem. Tantivy's reader takes that lock (by creating `.tantivy-meta.lock`)
 /// only so that a writer's garbage collection cannot delete segment files while it opens them;
 /// nothing deletes files from a read-only filesystem, so the collection opens and serves reads,
-/// and only writes fail (with the cause, see [`write_error`]).
+/// and only writes fail (with the cause, see [`write_error`]). Doc-store files are handed out as
+/// [`DocStoreHandle`]s, whose block reads leave nothing mapped (see `store_reads`).
 #[derive(Clone, Debug)]
 pub struct IndexDirectory {
     inner: MmapDirectory,
+    root: PathBuf,
 }
 
 impl IndexDirectory {
     pub fn open(path: &Path) -> Result<Self, OpenDirectoryError> {
         Ok(Self {
             inner: MmapDirectory::open(path)?,
+            root: path.to_path_buf(),
         })
     }
 }
 
 impl Directory for IndexDirectory {
     fn get_file_handle(&self, path: &Path) -> Result<Arc<dyn FileHandle>, OpenReadError> {
-        self.inner.get_file_handle(path)
+        let mapped = self.inner.get_file_handle(path)?;
+        if !is_doc_store(path) {
+            return Ok(mapped);
+        }
+        let handle = DocStoreHandle::open(&self.root.join(path), mapped)
+            .map_err(|error| OpenReadError::wrap_io_error(error, path.to_path_buf()))?;
+        Ok(Arc::new(handle))
     }
 
     fn open_read(&self, path: &Path) -> Result<FileSlice, OpenReadError> {
-        self.inner.open_read(path)
+        Ok(FileSlice::new(self.get_file_handle(path)?))
     }
 
     fn delete(&self, path: &Path) -> Result<(), DeleteError> {
