@@ -9,6 +9,7 @@
 //! so that a section's sentences cost one buffer and feed [`QuantizedVectors::from_matrix`]
 //! directly.
 
+mod chunked_bpe;
 mod minilm;
 mod quantized;
 mod static_vectors;

@@ -8,6 +8,7 @@ use half::f16;
 use safetensors::{Dtype, SafeTensors};
 use tokenizers::Tokenizer;
 
+use super::chunked_bpe::ChunkedBpe;
 use super::{
     l2_normalize, open_unpadded_tokenizer, validate_sentence_ranges, EmbedError, Embedder,
     FineMode, VectorMatrix,
@@ -20,6 +21,9 @@ const EMBEDDING_TENSOR_NAME: &str = "embedding.weight";
 /// 33 MB, traded for not converting halves in the hot loop).
 pub struct StaticEmbedder {
     tokenizer: Tokenizer,
+    /// The same ids, one word at a time and remembered, when the tokenizer allows it (see
+    /// `chunked_bpe`; wordllama's does).
+    chunked: Option<ChunkedBpe>,
     dim: usize,
     /// Row-major `vocabulary × dim`.
     table: Vec<f32>,
@@ -90,8 +94,10 @@ impl StaticEmbedder {
         }
 
         let tokenizer = open_unpadded_tokenizer(tokenizer_path)?;
+        let chunked = ChunkedBpe::for_tokenizer(&tokenizer, tokenizer_path);
         Ok(Self {
             tokenizer,
+            chunked,
             dim,
             table,
         })
@@ -101,13 +107,36 @@ impl StaticEmbedder {
         self.table.len() / self.dim
     }
 
+    /// The token ids of `text`, tokenized in bounded calls (one call over a megabyte section
+    /// would hold tens of bytes per byte).
+    fn token_ids(&self, text: &str) -> Result<Vec<u32>, EmbedError> {
+        let Some(chunked) = &self.chunked else {
+            return crate::tokenizer::encode_in_calls(&self.tokenizer, text, usize::MAX)
+                .map(|encoded| encoded.ids)
+                .map_err(EmbedError::tokenize);
+        };
+        // The calls `encode_in_calls` makes (one range each), each through the chunked path.
+        let mut ids = Vec::new();
+        let mut failure = None;
+        let max_run = crate::tokenizer::EMBEDDER_MAX_RUN_BYTES;
+        crate::tokenizer::for_each_tokenizer_call(text, max_run, false, |ranges| {
+            for range in ranges {
+                if failure.is_none() {
+                    let call = &text[range.clone()];
+                    failure = chunked.encode(&self.tokenizer, call, &mut ids).err();
+                }
+            }
+        });
+        match failure {
+            Some(error) => Err(EmbedError::tokenize(error)),
+            None => Ok(ids),
+        }
+    }
+
     /// Writes the normalised mean of `text`'s token rows into `out` (zeros when it has no token).
     fn embed_into(&self, text: &str, out: &mut [f32]) -> Result<(), EmbedError> {
         out.fill(0.0);
-        // In bounded calls: one call over a megabyte section would hold tens of bytes per byte.
-        let encoded = crate::tokenizer::encode_in_calls(&self.tokenizer, text, usize::MAX)
-            .map_err(EmbedError::tokenize)?;
-        for &id in &encoded.ids {
+        for &id in &self.token_ids(text)? {
             let start = id as usize * self.dim;
             // An id past the table (a tokenizer/table mismatch) is skipped rather than trusted.
             let Some(row) = self.table.get(start..start + self.dim) else {
@@ -146,5 +175,33 @@ impl Embedder for StaticEmbedder {
             self.embed_into(&section_text[range.clone()], matrix.row_mut(row))?;
         }
         Ok(matrix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chunked_path_gives_the_ids_of_bounded_calls_on_long_texts() {
+        let embedder =
+            StaticEmbedder::from_models_dir(&crate::tokenizer::tests::models_dir()).unwrap();
+        assert!(
+            embedder.chunked.is_some(),
+            "wordllama takes the chunked path"
+        );
+        let text = format!(
+            "{} {} {}",
+            "The lathe turns; a gouge cuts 1234 shavings, naïve café 東京.\n\n".repeat(900),
+            "w".repeat(20_000),
+            "  indented\tcode ".repeat(500)
+        );
+        assert!(text.len() > 2 * crate::tokenizer::MAX_CALL_BYTES);
+        let expected = crate::tokenizer::encode_in_calls(&embedder.tokenizer, &text, usize::MAX)
+            .unwrap()
+            .ids;
+        assert_eq!(embedder.token_ids(&text).unwrap(), expected);
+        // Remembered pieces give the same ids again.
+        assert_eq!(embedder.token_ids(&text).unwrap(), expected);
     }
 }
