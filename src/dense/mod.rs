@@ -89,7 +89,7 @@ impl DenseIndexConfig {
         Self {
             dim,
             max_nb_connection: 16,
-            ef_construction: 200,
+            ef_construction: 100,
             ef_search: 64,
             max_layer: 16,
             seal_vectors: 20_000,
