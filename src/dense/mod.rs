@@ -65,6 +65,27 @@ pub static SEARCH_WAIT_SECONDS: LazyLock<prometheus::Histogram> = LazyLock::new(
 /// neighbours on every replica, whatever order its graph was built in.
 pub const EXHAUSTIVE_SEARCH_SLOTS: usize = 1024;
 
+/// The longest of those waits since the process started (exported as
+/// `lathe_dense_wait_max_seconds`): the histogram's buckets bound it, this names it.
+pub static SEARCH_WAIT_MAX_SECONDS: LazyLock<prometheus::Gauge> = LazyLock::new(|| {
+    prometheus::Gauge::new(
+        "dense_wait_max_seconds",
+        "Longest time a dense search waited for the dense index before searching",
+    )
+    .expect("static metric")
+});
+
+/// [`SEARCH_WAIT_MAX_SECONDS`] in nanoseconds, for a lock-free maximum.
+static SEARCH_WAIT_MAX_NANOS: AtomicU64 = AtomicU64::new(0);
+
+fn observe_search_wait(waited: std::time::Duration) {
+    SEARCH_WAIT_SECONDS.observe(waited.as_secs_f64());
+    let nanos = waited.as_nanos().min(u128::from(u64::MAX)) as u64;
+    if nanos > SEARCH_WAIT_MAX_NANOS.fetch_max(nanos, Ordering::AcqRel) {
+        SEARCH_WAIT_MAX_SECONDS.set(nanos as f64 / 1e9);
+    }
+}
+
 /// Settings of a [`DenseIndex`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct DenseIndexConfig {
@@ -453,7 +474,7 @@ impl DenseIndex {
         let ef = self.config.ef_search.max(k);
         let waiting = Instant::now();
         let segments = self.segments();
-        SEARCH_WAIT_SECONDS.observe(waiting.elapsed().as_secs_f64());
+        observe_search_wait(waiting.elapsed());
         let mut hits: Vec<(u64, f32)> = Vec::new();
         for segment in segments.iter() {
             if segment.live_count() == 0 {

@@ -58,7 +58,10 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::dense::{DenseIndexConfig, SEARCH_WAIT_SECONDS as DENSE_SEARCH_WAIT_SECONDS};
+pub use crate::dense::{
+    DenseIndexConfig, SEARCH_WAIT_MAX_SECONDS as DENSE_SEARCH_WAIT_MAX_SECONDS,
+    SEARCH_WAIT_SECONDS as DENSE_SEARCH_WAIT_SECONDS,
+};
 pub use collection::{dense_dir, CollectionIndex};
 pub use fault::{CollectionEntry, Fault, FaultKind, FaultedCollection};
 pub use lock::DataDirLock;

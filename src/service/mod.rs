@@ -31,7 +31,7 @@ use crate::embed::{Embedder, MiniLmConfig, MiniLmEmbedder, StaticEmbedder};
 use crate::error::{LatheError, Result};
 use crate::index::{
     Catalog, DataDirLock, DenseIndexConfig, Fault, OpenCollection, StoredSettings, WriterSettings,
-    DENSE_SEARCH_WAIT_SECONDS,
+    DENSE_SEARCH_WAIT_MAX_SECONDS, DENSE_SEARCH_WAIT_SECONDS,
 };
 /// A replica's progress through the write log (what its readiness follows).
 pub use crate::replication::Progress as ReplicaProgress;
@@ -75,6 +75,7 @@ impl Engine {
         // First, before models load or any collection opens: one server per data dir.
         let lock = DataDirLock::acquire(&config.storage.data_dir)?;
         metrics.register(Box::new(DENSE_SEARCH_WAIT_SECONDS.clone()));
+        metrics.register(Box::new(DENSE_SEARCH_WAIT_MAX_SECONDS.clone()));
         let models_dir = config.models.dir.clone();
         let embedder = open_embedder(&config)?;
         let dense = embedder.as_ref().map(|e| {
