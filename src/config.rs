@@ -133,13 +133,20 @@ pub struct DenseConfig {
     /// Share of dead vectors (deleted or replaced sections) past which a sealed segment is
     /// rebuilt from its live vectors, in the background.
     pub rebuild_dead_share: f32,
+    /// Candidate list of a dense search in each segment (raised to the neighbours asked for):
+    /// larger finds more of the exact nearest sections, at a cost growing with it.
+    pub ef_search: usize,
 }
+
+/// Largest `dense.ef_search`.
+pub const MAX_DENSE_EF_SEARCH: usize = 4096;
 
 impl Default for DenseConfig {
     fn default() -> Self {
         Self {
             seal_vectors: 20_000,
             rebuild_dead_share: 0.25,
+            ef_search: 64,
         }
     }
 }
@@ -496,6 +503,10 @@ impl Config {
             "dense.rebuild_dead_share must be above 0 and below 1",
         )?;
         check(
+            (1..=MAX_DENSE_EF_SEARCH).contains(&self.dense.ef_search),
+            &format!("dense.ef_search must be in 1..={MAX_DENSE_EF_SEARCH}"),
+        )?;
+        check(
             self.storage.commit_interval_ms >= 1,
             "storage.commit_interval_ms must be at least 1",
         )?;
@@ -669,6 +680,13 @@ mod tests {
     fn invalid_values_are_rejected_with_the_key() {
         let error = Config::from_toml("[limits]\nmax_top_k = 0\n").unwrap_err();
         assert!(error.to_string().contains("limits.max_top_k"), "{error}");
+        let error = Config::from_toml("[dense]\nef_search = 0\n").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("dense.ef_search must be in 1..=4096"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -44,7 +44,7 @@ use lathe::client::{connect, upload_in_batches};
 use lathe::embed::{Embedder, StaticEmbedder};
 use lathe::eval::percentile;
 use lathe::eval::report::{draw_axes, draw_legend, draw_line_with_markers};
-use lathe::index::CollectionIndex;
+use lathe::index::{CollectionIndex, DenseIndexConfig};
 use lathe::types::Filter;
 
 #[derive(Parser, Debug)]
@@ -78,6 +78,10 @@ struct Args {
     /// Query vectors of the recall measurement.
     #[arg(long, default_value_t = 200)]
     recall_queries: usize,
+    /// The dense search's candidate list (`dense.ef_search`) of the server and of the recall
+    /// measurement; default: the server's default.
+    #[arg(long)]
+    ef_search: Option<usize>,
     /// Documents per upload call while building.
     #[arg(long, default_value_t = 256)]
     upload_documents: usize,
@@ -322,17 +326,22 @@ struct ServerProcess {
     spawned_at: Instant,
 }
 
-/// How the bench starts servers: binary, models, dense model.
+/// How the bench starts servers: binary, models, dense model and search setting.
 struct ServerCommand {
     binary: PathBuf,
     models_dir: PathBuf,
     dense: String,
+    ef_search: Option<usize>,
 }
 
 impl ServerCommand {
     fn spawn(&self, data_dir: &Path) -> anyhow::Result<ServerProcess> {
         let spawned_at = Instant::now();
-        let mut child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if let Some(ef_search) = self.ef_search {
+            command.env("LATHE_DENSE__EF_SEARCH", ef_search.to_string());
+        }
+        let mut child = command
             .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
             .arg("--models-dir")
             .arg(&self.models_dir)
@@ -730,13 +739,18 @@ fn dense_recall_at_10(
     index_path: &Path,
     models_dir: &Path,
     queries: &[String],
+    ef_search: Option<usize>,
 ) -> anyhow::Result<f64> {
     let embedder = StaticEmbedder::from_models_dir(models_dir).context("loading static vectors")?;
-    let index = CollectionIndex::open_or_create(
+    let mut dense = DenseIndexConfig::new(embedder.dim());
+    if let Some(ef_search) = ef_search {
+        dense.ef_search = ef_search;
+    }
+    let index = CollectionIndex::open_or_create_with(
         index_path,
         16_000_000,
         Duration::from_secs(3600),
-        Some(embedder.dim()),
+        Some(dense),
     )
     .context("opening the collection's index")?;
     let stored = index.stored_section_vectors()?;
@@ -868,6 +882,7 @@ impl Bench {
                 &index_path,
                 &self.args.models_dir,
                 recall_queries,
+                self.args.ef_search,
             )?);
         }
         if !self.args.keep && !self.args.reuse {
@@ -1288,11 +1303,13 @@ fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     let header = format!(
-        "## lathe-bench\n\ncorpus {} ({} documents, {:.1} MB, repeated with variations), models.dense = {}, budget {}, {} queries per latency run (each text once: result-cache misses), {} clients in the second run, recall over {} query vectors; server {}\n",
+        "## lathe-bench\n\ncorpus {} ({} documents, {:.1} MB, repeated with variations), models.dense = {}{}, budget {}, {} queries per latency run (each text once: result-cache misses), {} clients in the second run, recall over {} query vectors; server {}\n",
         args.corpus.display(),
         corpus.len(),
         corpus.iter().map(|d| d.text.len()).sum::<usize>() as f64 / 1e6,
         args.dense,
+        args.ef_search
+            .map_or(String::new(), |ef| format!(", dense.ef_search = {ef}")),
         args.budget,
         args.queries,
         args.clients,
@@ -1304,6 +1321,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             binary,
             models_dir: args.models_dir.clone(),
             dense: args.dense.clone(),
+            ef_search: args.ef_search,
         },
         corpus,
         runtime: tokio::runtime::Builder::new_multi_thread()

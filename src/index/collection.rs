@@ -58,6 +58,17 @@ impl CollectionIndex {
         commit_interval: Duration,
         dense_dim: Option<usize>,
     ) -> Result<Self> {
+        let dense = dense_dim.map(DenseIndexConfig::new);
+        Self::open_or_create_with(path, writer_memory_bytes, commit_interval, dense)
+    }
+
+    /// [`CollectionIndex::open_or_create`] with the dense index's settings given whole.
+    pub fn open_or_create_with(
+        path: &Path,
+        writer_memory_bytes: usize,
+        commit_interval: Duration,
+        dense: Option<DenseIndexConfig>,
+    ) -> Result<Self> {
         let settings = WriterSettings {
             memory_bytes: writer_memory_bytes,
             commit_interval,
@@ -77,7 +88,6 @@ impl CollectionIndex {
             Some(parent) if path.ends_with("index") => folder_name(parent),
             _ => folder_name(path),
         };
-        let dense = dense_dim.map(DenseIndexConfig::new);
         let mut index = Self::open(path, &name, dense, &settings, &pool)?;
         index.own_pool = Some(pool);
         Ok(index)

@@ -82,6 +82,7 @@ impl Engine {
             let mut dense = DenseIndexConfig::new(e.dim());
             dense.seal_vectors = config.dense.seal_vectors;
             dense.rebuild_dead_share = config.dense.rebuild_dead_share;
+            dense.ef_search = config.dense.ef_search;
             dense
         });
         let storage = &config.storage;
