@@ -136,6 +136,23 @@ impl BudgetTokenizer {
         count
     }
 
+    /// The tokenizer's own byte spans of `text` (what [`BudgetTokenizer::count`] bounds and
+    /// counts) when the tokenizer is whitespace-local — a BERT-style WordPiece tokenizer
+    /// ([`CutRule::WhitespaceWords`]), which splits at every whitespace char and normalises char
+    /// by char: the spans of any range of `text` whose ends touch whitespace are then those of
+    /// `text` inside it (see `sections::TokenCounter::local_spans`). `None` for other tokenizers
+    /// (a byte-level BPE glues a space to the word after it).
+    pub fn local_spans(&self, text: &str) -> Option<Vec<(u32, u32)>> {
+        if self.cut_rule != CutRule::WhitespaceWords {
+            return None;
+        }
+        let mut spans = Vec::new();
+        self.raw_spans(text, &mut |start, end| {
+            spans.push((start as u32, end as u32))
+        });
+        Some(spans)
+    }
+
     /// The tokenizer's own byte spans of `text`, in order, tokenized call by call as
     /// [`for_each_tokenizer_call`] cuts it.
     fn raw_spans(&self, text: &str, sink: &mut impl FnMut(usize, usize)) {

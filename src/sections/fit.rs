@@ -15,6 +15,11 @@
 //!
 //! Only verified counts decide what is emitted, so no section exceeds the limit whatever
 //! `count_tokens` does (even if it is not monotone), except that single char.
+//!
+//! With a whitespace-local counter (the default budget tokenizer, see
+//! [`TokenCounter::local_spans`]) a raw section is tokenized once and the count of every range
+//! inside it whose ends touch whitespace is derived from those spans, exactly as counting it would
+//! give; other ranges (cuts inside a word or between sentences without a space) are counted.
 
 use std::ops::Range;
 
@@ -35,6 +40,7 @@ pub(super) fn fit_sections<C: TokenCounter + ?Sized>(
         section_tokens,
         count_tokens,
         sections: Vec::with_capacity(raw_sections.len()),
+        spans: None,
     };
     for raw_section in raw_sections {
         fitter.push_section(raw_section.range, &raw_section.heading_path);
@@ -57,18 +63,71 @@ struct Fitter<'t, 'c, C: TokenCounter + ?Sized> {
     section_tokens: usize,
     count_tokens: &'c C,
     sections: Vec<SectionSpan>,
+    /// The raw section being fitted and the counter's local spans of it (absolute byte offsets),
+    /// when the counter gives them.
+    spans: Option<(Range<usize>, Vec<(u32, u32)>)>,
 }
 
 impl<C: TokenCounter + ?Sized> Fitter<'_, '_, C> {
     /// The count of `range`, or, when the counter knows without counting that it holds more than
     /// the limit, that lower bound (a 10 MB word is not counted to learn that it is too big).
     fn count(&self, range: Range<usize>) -> usize {
+        if let Some(count) = self.derived_count(range.clone()) {
+            return count;
+        }
         let text = &self.text[range];
         let least = self.count_tokens.least_tokens(text);
         if least > self.section_tokens {
             return least;
         }
         self.count_tokens.count(text)
+    }
+
+    /// The count of `range` from the raw section's local spans, when it lies inside that section
+    /// and both its ends touch whitespace or the section's ends: what counting it would give.
+    fn derived_count(&self, range: Range<usize>) -> Option<usize> {
+        let (section, spans) = self.spans.as_ref()?;
+        if range.start < section.start || range.end > section.end || range.start > range.end {
+            return None;
+        }
+        let touches_whitespace = |position: usize| {
+            position == section.start
+                || position == section.end
+                || self.text[..position]
+                    .chars()
+                    .next_back()
+                    .is_some_and(char::is_whitespace)
+                || self.text[position..]
+                    .chars()
+                    .next()
+                    .is_some_and(char::is_whitespace)
+        };
+        if !touches_whitespace(range.start) || !touches_whitespace(range.end) {
+            return None;
+        }
+        let first = spans.partition_point(|&(start, _)| (start as usize) < range.start);
+        let last =
+            first + spans[first..].partition_point(|&(start, _)| (start as usize) < range.end);
+        // A span across either end (never from a whitespace-local counter): count instead.
+        let crosses_start = first > 0 && spans[first - 1].1 as usize > range.start;
+        let crosses_end = spans[first..last]
+            .iter()
+            .any(|&(_, end)| end as usize > range.end);
+        if crosses_start || crosses_end {
+            return None;
+        }
+        let mut bounder = crate::tokens::SpanBounder::new(&self.text[range.clone()]);
+        let mut count = 0usize;
+        let mut tally = |_: usize, _: usize| count += 1;
+        for &(start, end) in &spans[first..last] {
+            bounder.push(
+                start as usize - range.start,
+                end as usize - range.start,
+                &mut tally,
+            );
+        }
+        bounder.finish(&mut tally);
+        Some(count)
     }
 
     fn fits(&self, range: Range<usize>) -> bool {
@@ -92,6 +151,17 @@ impl<C: TokenCounter + ?Sized> Fitter<'_, '_, C> {
         let Some(range) = trimmed(self.text, range) else {
             return;
         };
+        self.spans = self
+            .count_tokens
+            .local_spans(&self.text[range.clone()])
+            .map(|spans| {
+                let offset = range.start as u32;
+                let absolute = spans
+                    .into_iter()
+                    .map(|(start, end)| (start + offset, end + offset))
+                    .collect();
+                (range.clone(), absolute)
+            });
         if self.fits(range.clone()) {
             self.emit(range, heading_path);
             return;

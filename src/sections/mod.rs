@@ -96,6 +96,16 @@ pub trait TokenCounter {
     fn least_tokens(&self, _text: &str) -> usize {
         0
     }
+
+    /// The tokenizer's own token spans of `text` (byte ranges, before [`crate::tokens`] bounds
+    /// them), when the counter is *whitespace-local*: the spans it gives any range of `text`
+    /// whose both ends touch whitespace (or the ends of `text`) are exactly those of `text` inside
+    /// it, and its count of such a range is what [`crate::tokens::SpanBounder`] makes of them.
+    /// Sectioning then tokenizes a raw section once and derives every count inside it. `None`
+    /// (the default): every range is counted.
+    fn local_spans(&self, _text: &str) -> Option<Vec<(u32, u32)>> {
+        None
+    }
 }
 
 impl<F: Fn(&str) -> usize + ?Sized> TokenCounter for F {
@@ -120,6 +130,10 @@ impl TokenCounter for crate::tokenizer::BudgetTokenizer {
             .div_ceil(crate::tokens::MAX_TOKEN_BYTES)
             .saturating_sub(1)
             / 2
+    }
+
+    fn local_spans(&self, text: &str) -> Option<Vec<(u32, u32)>> {
+        crate::tokenizer::BudgetTokenizer::local_spans(self, text)
     }
 }
 

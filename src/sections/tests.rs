@@ -331,6 +331,50 @@ fn document_text() -> impl Strategy<Value = String> {
     ]
 }
 
+/// The budget tokenizer with its local spans hidden: every range is counted.
+struct CountingOnly<'t>(&'t crate::tokenizer::BudgetTokenizer);
+
+impl TokenCounter for CountingOnly<'_> {
+    fn count(&self, text: &str) -> usize {
+        self.0.count(text)
+    }
+
+    fn token_starts(&self, text: &str) -> Option<Vec<u32>> {
+        TokenCounter::token_starts(self.0, text)
+    }
+
+    fn least_tokens(&self, text: &str) -> usize {
+        TokenCounter::least_tokens(self.0, text)
+    }
+}
+
+fn minilm_budget_tokenizer() -> &'static crate::tokenizer::BudgetTokenizer {
+    static LOADED: std::sync::OnceLock<crate::tokenizer::BudgetTokenizer> =
+        std::sync::OnceLock::new();
+    LOADED.get_or_init(|| {
+        let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+        crate::tokenizer::BudgetTokenizer::resolve("minilm", &models).expect("minilm")
+    })
+}
+
+/// Document text with what bounding and the fast tokenizer path treat specially: runs of
+/// whitespace and words longer than 128 bytes, control and zero-width chars, CJK, accents.
+fn tokenizer_text() -> impl Strategy<Value = String> {
+    let fragment = prop_oneof![
+        document_text(),
+        Just(" ".repeat(200)),
+        Just("\n".repeat(150)),
+        Just("x".repeat(300)),
+        Just("\u{200b}".repeat(60)),
+        Just("\u{1}\u{7f}".repeat(80)),
+        Just("内核文档的使用，".repeat(30)),
+        Just("naïve café, “quoted” — ok… ".to_string()),
+        Just("end.Next sentence!Another one? yes".to_string()),
+        "[a-zA-Z0-9 .,\n]{0,400}".prop_map(|s| s),
+    ];
+    prop::collection::vec(fragment, 0..12).prop_map(|fragments| fragments.concat())
+}
+
 fn format_strategy() -> impl Strategy<Value = Format> {
     prop_oneof![
         Just(Format::Plain),
@@ -360,6 +404,21 @@ proptest! {
         let again = split_document(&text, format, limit, counter);
         prop_assert_eq!(&again.sections, &document.sections);
         prop_assert_eq!(again.text, document.text);
+    }
+
+    #[test]
+    fn counts_derived_from_one_tokenization_cut_exactly_as_counting_every_range(
+        text in tokenizer_text(),
+        format in format_strategy(),
+        limit in 1usize..200,
+    ) {
+        let budget = minilm_budget_tokenizer();
+        let derived = split_document(&text, format, limit, budget);
+        let counted = split_document(&text, format, limit, &CountingOnly(budget));
+        prop_assert_eq!(&derived.sections, &counted.sections);
+        let count = |text: &str| budget.count(text);
+        let checked = check_section_invariants(&derived.text, &derived.sections, limit, &count);
+        prop_assert!(checked.is_ok(), "{:?}", checked);
     }
 
     #[test]
