@@ -8,13 +8,15 @@
 //! a block with `pread` into a buffer instead, so the bytes live in the kernel's page cache (kept
 //! or dropped as the machine needs, and shared with nothing in the process) and the buffer goes
 //! once tantivy has decompressed it. Bulk reads (a merge stacking whole stores) still go through
-//! the map: a copy of a whole store would cost its size in heap at once.
+//! the map: a copy of a whole store would cost its size in heap at once. The handle holds the
+//! file's path, not an open descriptor: each block read opens the file (a few microseconds, a
+//! few dozen times a query), so an idle collection keeps no file open (tests/faults_writer.rs).
 
 use std::fs::File;
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tantivy::directory::{FileHandle, OwnedBytes};
@@ -32,7 +34,7 @@ pub fn is_doc_store(path: &Path) -> bool {
 
 /// A doc-store file: small reads with `pread`, bulk reads through `mapped` (see the module doc).
 pub struct DocStoreHandle {
-    file: File,
+    path: PathBuf,
     len: usize,
     mapped: Arc<dyn FileHandle>,
 }
@@ -49,16 +51,19 @@ impl std::fmt::Debug for DocStoreHandle {
 impl DocStoreHandle {
     /// `mapped` is the directory's own handle of the file at `path` (the same file).
     pub fn open(path: &Path, mapped: Arc<dyn FileHandle>) -> io::Result<Self> {
-        let file = File::open(path)?;
         let len = mapped.len();
-        let on_disk = file.metadata()?.len();
+        let on_disk = std::fs::metadata(path)?.len();
         if on_disk != len as u64 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("`{}` holds {on_disk} bytes, its map {len}", path.display()),
             ));
         }
-        Ok(Self { file, len, mapped })
+        Ok(Self {
+            path: path.to_path_buf(),
+            len,
+            mapped,
+        })
     }
 }
 
@@ -80,7 +85,16 @@ impl FileHandle for DocStoreHandle {
             return self.mapped.read_bytes(range);
         }
         let mut buffer = vec![0u8; range.len()];
-        self.file.read_exact_at(&mut buffer, range.start as u64)?;
+        let file = match File::open(&self.path) {
+            Ok(file) => file,
+            // Deleted by a merge's garbage collection while a searcher still holds its segment:
+            // the map stays readable (tantivy relies on that), so read through it.
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                return self.mapped.read_bytes(range)
+            }
+            Err(error) => return Err(error),
+        };
+        file.read_exact_at(&mut buffer, range.start as u64)?;
         Ok(OwnedBytes::new(buffer))
     }
 }
@@ -132,6 +146,20 @@ mod tests {
         assert_eq!(bulk.as_slice(), &contents[..]);
         assert!(mapped_resident_bytes(&path) >= 4 << 20);
         assert!(handle.read_bytes(10..contents.len() + 1).is_err());
+    }
+
+    #[test]
+    fn a_store_deleted_under_its_handle_is_still_read_through_the_map() {
+        let folder = tempfile::tempdir().unwrap();
+        let contents: Vec<u8> = (0..100_000u32).map(|i| (i % 241) as u8).collect();
+        let path = folder.path().join("b.store");
+        std::fs::write(&path, &contents).unwrap();
+        let directory = MmapDirectory::open(folder.path()).unwrap();
+        let mapped = directory.get_file_handle(Path::new("b.store")).unwrap();
+        let handle = DocStoreHandle::open(&path, mapped).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let bytes = handle.read_bytes(1_000..17_384).unwrap();
+        assert_eq!(bytes.as_slice(), &contents[1_000..17_384]);
     }
 
     #[test]
