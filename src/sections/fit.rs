@@ -65,8 +65,11 @@ struct Fitter<'t, 'c, C: TokenCounter + ?Sized> {
     sections: Vec<SectionSpan>,
     /// The raw section being fitted and the counter's local spans of it (absolute byte offsets),
     /// when the counter gives them.
-    spans: Option<(Range<usize>, Vec<(u32, u32)>)>,
+    spans: Option<SectionSpans>,
 }
+
+/// A raw section's range and its counter's local token spans (absolute byte offsets).
+type SectionSpans = (Range<usize>, Vec<(u32, u32)>);
 
 impl<C: TokenCounter + ?Sized> Fitter<'_, '_, C> {
     /// The count of `range`, or, when the counter knows without counting that it holds more than
