@@ -85,14 +85,11 @@ impl FileHandle for DocStoreHandle {
             return self.mapped.read_bytes(range);
         }
         let mut buffer = vec![0u8; range.len()];
-        let file = match File::open(&self.path) {
-            Ok(file) => file,
-            // Deleted by a merge's garbage collection while a searcher still holds its segment:
-            // the map stays readable (tantivy relies on that), so read through it.
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                return self.mapped.read_bytes(range)
-            }
-            Err(error) => return Err(error),
+        // The file cannot be opened when a merge's garbage collection deleted it while a searcher
+        // still holds its segment, or when the process is out of descriptors: the map stays
+        // readable (tantivy relies on that), so read through it rather than fail the query.
+        let Ok(file) = File::open(&self.path) else {
+            return self.mapped.read_bytes(range);
         };
         file.read_exact_at(&mut buffer, range.start as u64)?;
         Ok(OwnedBytes::new(buffer))
