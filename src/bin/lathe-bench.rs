@@ -85,6 +85,10 @@ struct Args {
     /// Documents per upload call while building.
     #[arg(long, default_value_t = 256)]
     upload_documents: usize,
+    /// The collection's `section_tokens` (how large its sections are cut); default: the
+    /// server's (256).
+    #[arg(long)]
+    section_tokens: Option<u32>,
     /// Where results.md, results.csv and latency.svg go.
     #[arg(long, default_value = "bench-out")]
     out: PathBuf,
@@ -649,11 +653,15 @@ async fn build_collection(
     corpus: &[SourceDocument],
     target: usize,
     upload_documents: usize,
+    section_tokens: Option<u32>,
 ) -> anyhow::Result<Built> {
     client
         .create_collection(proto::CreateCollectionRequest {
             name: collection.to_string(),
-            settings: None,
+            settings: section_tokens.map(|tokens| proto::CollectionSettings {
+                section_tokens: Some(tokens),
+                ..Default::default()
+            }),
         })
         .await
         .map_err(|status| anyhow::anyhow!("creating the collection: {status}"))?;
@@ -904,6 +912,7 @@ impl Bench {
                 &self.corpus,
                 target,
                 self.args.upload_documents,
+                self.args.section_tokens,
             )
             .await
         })?;
@@ -1303,13 +1312,15 @@ fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     let header = format!(
-        "## lathe-bench\n\ncorpus {} ({} documents, {:.1} MB, repeated with variations), models.dense = {}{}, budget {}, {} queries per latency run (each text once: result-cache misses), {} clients in the second run, recall over {} query vectors; server {}\n",
+        "## lathe-bench\n\ncorpus {} ({} documents, {:.1} MB, repeated with variations), models.dense = {}{}, section_tokens {}, budget {}, {} queries per latency run (each text once: result-cache misses), {} clients in the second run, recall over {} query vectors; server {}\n",
         args.corpus.display(),
         corpus.len(),
         corpus.iter().map(|d| d.text.len()).sum::<usize>() as f64 / 1e6,
         args.dense,
         args.ef_search
             .map_or(String::new(), |ef| format!(", dense.ef_search = {ef}")),
+        args.section_tokens
+            .map_or_else(|| "the server's".to_string(), |tokens| tokens.to_string()),
         args.budget,
         args.queries,
         args.clients,
