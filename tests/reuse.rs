@@ -79,17 +79,28 @@ fn counted_since(metrics_address: &str, before: (u64, u64)) -> (u64, u64) {
     )
 }
 
+/// A server with `dense` vectors and its metrics endpoint, whose address comes back with it.
+async fn server_with_metrics(
+    dir: &std::path::Path,
+    dense: DenseModel,
+) -> (common::TestServer, String) {
+    let mut config = test_config(dir);
+    config.models.dense = dense;
+    let metrics_address = binary::free_local_address();
+    config.server.metrics_listen = metrics_address.clone();
+    (
+        common::TestServer::start_with(config).await,
+        metrics_address,
+    )
+}
+
 /// A 100-section document is embedded whole once; a re-upsert of identical content sends
 /// nothing to the model; editing one paragraph sends that one section; and the vectors the edited
 /// version ends up with (99 reused, 1 new) answer exactly as a fresh ingest of the same text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_upsert_embeds_only_the_sections_whose_text_changed() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = test_config(dir.path());
-    config.models.dense = DenseModel::Static;
-    let metrics_address = binary::free_local_address();
-    config.server.metrics_listen = metrics_address.clone();
-    let server = common::TestServer::start_with(config).await;
+    let (server, metrics_address) = server_with_metrics(dir.path(), DenseModel::Static).await;
     let mut client = server.client.clone();
     create_collection(&mut client, "edited").await;
     create_collection(&mut client, "fresh").await;
@@ -187,11 +198,7 @@ fn query_vector_lookups(metrics_address: &str, result: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_same_question_at_another_budget_skips_the_model() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = test_config(dir.path());
-    config.models.dense = DenseModel::Static;
-    let metrics_address = binary::free_local_address();
-    config.server.metrics_listen = metrics_address.clone();
-    let server = common::TestServer::start_with(config).await;
+    let (server, metrics_address) = server_with_metrics(dir.path(), DenseModel::Static).await;
     let mut client = server.client.clone();
     create_collection(&mut client, "docs").await;
     create_collection(&mut client, "again").await;
@@ -250,11 +257,7 @@ async fn the_same_question_at_another_budget_skips_the_model() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_write_past_its_deadline_is_whole_or_absent_and_a_retry_succeeds() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = test_config(dir.path());
-    config.models.dense = DenseModel::Minilm;
-    let metrics_address = binary::free_local_address();
-    config.server.metrics_listen = metrics_address.clone();
-    let server = common::TestServer::start_with(config).await;
+    let (server, metrics_address) = server_with_metrics(dir.path(), DenseModel::Minilm).await;
     let mut client = server.client.clone();
     create_collection(&mut client, "articles").await;
 

@@ -336,26 +336,6 @@ mod tests {
         assert_eq!(integrity.damage(), None);
     }
 
-    /// Resident bytes of this process's mapping of `file` (from /proc/self/smaps), if mapped.
-    #[cfg(target_os = "linux")]
-    fn mapped_resident_bytes(file: &Path) -> Option<u64> {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let wanted = file.canonicalize().unwrap();
-        let mut lines = smaps.lines();
-        while let Some(line) = lines.next() {
-            if !line.ends_with(&*wanted.to_string_lossy()) {
-                continue;
-            }
-            for field in lines.by_ref() {
-                if let Some(kib) = field.strip_prefix("Rss:") {
-                    let kib: u64 = kib.trim().trim_end_matches("kB").trim().parse().unwrap();
-                    return Some(kib * 1024);
-                }
-            }
-        }
-        None
-    }
-
     #[cfg(target_os = "linux")]
     #[test]
     fn verifying_a_file_reads_it_without_making_its_mapping_resident() {
@@ -364,8 +344,9 @@ mod tests {
         let path = written_file(&directory, "big.store", &contents);
         let handle = directory.get_file_handle(&path).unwrap();
         assert_eq!(integrity.damage(), None);
-        let resident = mapped_resident_bytes(&folder.path().join("big.store"))
-            .expect("the handle keeps the file mapped");
+        let resident =
+            super::super::testing::mapped_resident_bytes(&folder.path().join("big.store"))
+                .expect("the handle keeps the file mapped");
         // The footer's page (and the kernel's fault-around) only, not the 8 MiB body.
         assert!(
             resident < 1 << 20,

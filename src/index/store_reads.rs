@@ -101,23 +101,9 @@ mod tests {
     use super::*;
     use tantivy::directory::{Directory, MmapDirectory};
 
-    /// Resident bytes of this process's mapping of `file` (from /proc/self/smaps); 0 if unmapped.
+    /// Resident bytes of this process's mapping of `file`; 0 if unmapped.
     fn mapped_resident_bytes(file: &Path) -> u64 {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let wanted = file.canonicalize().unwrap();
-        let mut lines = smaps.lines();
-        while let Some(line) = lines.next() {
-            if !line.ends_with(&*wanted.to_string_lossy()) {
-                continue;
-            }
-            for field in lines.by_ref() {
-                if let Some(kib) = field.strip_prefix("Rss:") {
-                    let kib: u64 = kib.trim().trim_end_matches("kB").trim().parse().unwrap();
-                    return kib * 1024;
-                }
-            }
-        }
-        0
+        super::super::testing::mapped_resident_bytes(file).unwrap_or(0)
     }
 
     #[test]

@@ -85,3 +85,22 @@ pub fn written_collection(data_dir: &Path) -> PathBuf {
     index.shutdown();
     path
 }
+
+/// Resident bytes of this process's mapping of `file` (from /proc/self/smaps), if it is mapped.
+pub fn mapped_resident_bytes(file: &Path) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let wanted = file.canonicalize().unwrap();
+    let mut lines = smaps.lines();
+    while let Some(line) = lines.next() {
+        if !line.ends_with(&*wanted.to_string_lossy()) {
+            continue;
+        }
+        for field in lines.by_ref() {
+            if let Some(kib) = field.strip_prefix("Rss:") {
+                let kib: u64 = kib.trim().trim_end_matches("kB").trim().parse().unwrap();
+                return Some(kib * 1024);
+            }
+        }
+    }
+    None
+}
