@@ -19,12 +19,13 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
+use lathe::client::serve_command;
 use tonic::transport::{Channel, Endpoint};
 
 use common::serving_line::serving_address;
@@ -87,19 +88,16 @@ struct Server {
 
 fn start(options: &Options, data_dir: &Path) -> Server {
     let started = Instant::now();
-    let mut child = Command::new(&options.binary)
-        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
-        .arg("--models-dir")
-        .arg(&options.models_dir)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("LATHE_MODELS__DENSE", &options.dense)
-        .env("LATHE_LOG__FILTER", "info")
-        .envs(options.env.iter().map(|(n, v)| (n.as_str(), v.as_str())))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", options.binary.display()));
+    let mut child = serve_command(
+        &options.binary,
+        &options.models_dir,
+        data_dir,
+        &options.dense,
+    )
+    .env("LATHE_LOG__FILTER", "info")
+    .envs(options.env.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+    .spawn()
+    .unwrap_or_else(|e| panic!("cannot start {}: {e}", options.binary.display()));
     let stderr = child.stderr.take().expect("piped stderr");
     let (line_tx, log) = mpsc::channel();
     // Drains the log (a line per collection at start) so that the server never blocks on it.

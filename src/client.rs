@@ -6,6 +6,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -258,6 +259,24 @@ impl TargetServer {
             None => Ok(()),
         }
     }
+}
+
+/// The command that runs the `lathe` binary at `binary` as a server of its own, as the benchmark
+/// programs start one: a port-0 loopback listener, JSON logs on stderr (piped: the listening
+/// address is read from there), stdout dropped, its models from `models_dir`, its data in
+/// `data_dir`, `models.dense = dense`. Callers add their own `LATHE_*` settings before spawning.
+pub fn serve_command(binary: &Path, models_dir: &Path, data_dir: &Path, dense: &str) -> Command {
+    let mut command = Command::new(binary);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .arg("--models-dir")
+        .arg(models_dir)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("LATHE_MODELS__DENSE", dense)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null());
+    command
 }
 
 #[cfg(test)]

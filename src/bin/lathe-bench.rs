@@ -28,7 +28,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -40,7 +40,7 @@ use tonic::transport::Channel;
 
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
-use lathe::client::{connect, upload_in_batches};
+use lathe::client::{connect, serve_command, upload_in_batches};
 use lathe::embed::{Embedder, StaticEmbedder};
 use lathe::eval::percentile;
 use lathe::eval::report::{draw_axes, draw_legend, draw_line_with_markers};
@@ -341,22 +341,14 @@ struct ServerCommand {
 impl ServerCommand {
     fn spawn(&self, data_dir: &Path) -> anyhow::Result<ServerProcess> {
         let spawned_at = Instant::now();
-        let mut command = Command::new(&self.binary);
+        let mut command = serve_command(&self.binary, &self.models_dir, data_dir, &self.dense);
         if let Some(ef_search) = self.ef_search {
             command.env("LATHE_DENSE__EF_SEARCH", ef_search.to_string());
         }
         let mut child = command
-            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
-            .arg("--models-dir")
-            .arg(&self.models_dir)
-            .arg("--data-dir")
-            .arg(data_dir)
-            .env("LATHE_MODELS__DENSE", &self.dense)
             .env("LATHE_LOG__FILTER", "info")
             // A build streams one long upload: the bench, not the server, bounds it.
             .env("LATHE_SERVER__REQUEST_TIMEOUT_MS", "3600000")
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
             .spawn()
             .with_context(|| format!("starting {}", self.binary.display()))?;
         let stderr = child.stderr.take().context("the server's stderr")?;

@@ -32,7 +32,7 @@ use tonic::transport::Channel;
 
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
-use lathe::client::{connect, upload_in_batches};
+use lathe::client::{connect, serve_command, upload_in_batches};
 use lathe::eval::{percentile, Dataset};
 
 #[derive(Parser, Debug)]
@@ -239,19 +239,11 @@ impl Spawner {
     async fn replica(&self, data_dir: &Path, nats: Option<&str>) -> anyhow::Result<Replica> {
         let spawned_at = Instant::now();
         let metrics = format!("127.0.0.1:{}", free_port()?);
-        let mut command = Command::new(&self.lathe);
+        let mut command = serve_command(&self.lathe, &self.models_dir, data_dir, &self.dense);
         command
-            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
-            .arg("--models-dir")
-            .arg(&self.models_dir)
-            .arg("--data-dir")
-            .arg(data_dir)
-            .env("LATHE_MODELS__DENSE", &self.dense)
             .env("LATHE_LOG__FILTER", "warn,lathe=info")
             .env("LATHE_SERVER__METRICS_LISTEN", &metrics)
-            .env("LATHE_SERVER__REQUEST_TIMEOUT_MS", "3600000")
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null());
+            .env("LATHE_SERVER__REQUEST_TIMEOUT_MS", "3600000");
         if let Some(url) = nats {
             command.env("LATHE_REPLICATION__NATS_URL", url);
         }
