@@ -154,14 +154,7 @@ fn analysed_and_scored(
     let analyses: Vec<Vec<Arc<SectionAnalysis>>> = workload
         .queries
         .iter()
-        .map(|(hits, _)| {
-            analyze(
-                hits.iter().map(|h| h.text.as_str()),
-                &workload.tokenizer,
-                &caches.sections,
-            )
-            .0
-        })
+        .map(|(hits, _)| analyze(hits, &workload.tokenizer, &caches.sections).0)
         .collect();
     let scored: Vec<Vec<Candidate>> = workload
         .queries
@@ -201,11 +194,7 @@ fn bench_analyze(group: &mut Group, workload: &Workload, caches: &Caches) {
             || Caches::new(1 << 20, 256 << 20, 16 << 20),
             |fresh| {
                 for (hits, _) in &workload.queries {
-                    black_box(analyze(
-                        hits.iter().map(|h| h.text.as_str()),
-                        &workload.tokenizer,
-                        &fresh.sections,
-                    ));
+                    black_box(analyze(hits, &workload.tokenizer, &fresh.sections));
                 }
             },
             BatchSize::SmallInput,
@@ -214,11 +203,7 @@ fn bench_analyze(group: &mut Group, workload: &Workload, caches: &Caches) {
     group.bench_function("analyze/section_cache_hit", |b| {
         b.iter(|| {
             for (hits, _) in &workload.queries {
-                black_box(analyze(
-                    hits.iter().map(|h| h.text.as_str()),
-                    &workload.tokenizer,
-                    &caches.sections,
-                ));
+                black_box(analyze(hits, &workload.tokenizer, &caches.sections));
             }
         })
     });

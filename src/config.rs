@@ -146,7 +146,7 @@ impl Default for DenseConfig {
         Self {
             seal_vectors: 20_000,
             rebuild_dead_share: 0.25,
-            ef_search: 64,
+            ef_search: 128,
         }
     }
 }

@@ -39,6 +39,9 @@ struct JobContext {
 
 thread_local! {
     static CURRENT_JOB: RefCell<Option<JobContext>> = const { RefCell::new(None) };
+    /// The jobs of the pool this thread belongs to (None outside pool threads): also seen by the
+    /// parts of a job that rayon runs on another of the pool's threads.
+    static POOL_JOBS: RefCell<Option<Arc<Jobs>>> = const { RefCell::new(None) };
 }
 
 /// True when the pool job running on this thread has no caller any more (its future was dropped:
@@ -50,6 +53,48 @@ pub fn current_job_abandoned() -> bool {
             job.abandoned.load(Ordering::Relaxed) || job.jobs.stopping.load(Ordering::Relaxed)
         })
     })
+}
+
+/// True on a thread of a pool whose only job is the one running here (none other queued or
+/// running), so that spreading its own work over the pool's threads takes nothing from anyone.
+/// A job that fans out waits inside rayon for its parts, and rayon lets a waiting thread run
+/// queued jobs meanwhile: a loaded pool would make every fanned-out job wait for others' whole
+/// jobs, so under load each job keeps to its thread. False outside pool threads.
+pub fn may_fan_out() -> bool {
+    POOL_JOBS.with(|jobs| {
+        jobs.borrow().as_ref().is_some_and(|jobs| {
+            *jobs
+                .unfinished
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                <= 1
+        })
+    })
+}
+
+/// `a` and `b`: side by side when [`may_fan_out`], else one after the other on this thread.
+pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce() -> RA + Send,
+    B: FnOnce() -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    if may_fan_out() {
+        rayon::join(a, b)
+    } else {
+        (a(), b())
+    }
+}
+
+/// The `with_min_len` for a parallel iterator of a pool job: 1 (split freely) when
+/// [`may_fan_out`], else no split at all, so the iterator runs on this thread.
+pub fn min_split_len() -> usize {
+    if may_fan_out() {
+        1
+    } else {
+        usize::MAX
+    }
 }
 
 /// Marks the job abandoned when the caller's future is dropped before the result came.
@@ -85,14 +130,19 @@ impl Drop for FinishOnDrop {
 
 impl CpuPool {
     pub fn new(threads: usize) -> Result<Self> {
+        let jobs = Arc::new(Jobs::default());
+        let pool_jobs = Arc::clone(&jobs);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.max(1))
             .thread_name(|i| format!("lathe-cpu-{i}"))
+            .start_handler(move |_| {
+                POOL_JOBS.with(|jobs| *jobs.borrow_mut() = Some(Arc::clone(&pool_jobs)))
+            })
             .build()
             .map_err(|e| LatheError::internal(format!("building the CPU pool: {e}")))?;
         Ok(Self {
             pool: Arc::new(pool),
-            jobs: Arc::new(Jobs::default()),
+            jobs,
         })
     }
 
@@ -119,9 +169,11 @@ impl CpuPool {
             if sender.is_closed() || jobs.stopping.load(Ordering::Relaxed) {
                 return;
             }
-            CURRENT_JOB.with(|job| *job.borrow_mut() = Some(JobContext { abandoned, jobs }));
+            // A job that waits inside rayon (a join, a parallel iterator) may run another job on
+            // this thread meanwhile: each one gives back the context it found.
+            let outer = CURRENT_JOB.with(|job| job.replace(Some(JobContext { abandoned, jobs })));
             let result = work();
-            CURRENT_JOB.with(|job| *job.borrow_mut() = None);
+            CURRENT_JOB.with(|job| *job.borrow_mut() = outer);
             let _ = sender.send(result);
         });
         let result = receiver.await;
@@ -168,6 +220,7 @@ impl CpuPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rayon::prelude::*;
 
     #[tokio::test]
     async fn runs_work_and_returns_its_result() {
@@ -272,5 +325,54 @@ mod tests {
         assert!(skipped.to_string().contains("stopping"), "{skipped}");
         assert!(!ran.load(Ordering::SeqCst));
         assert!(pool.wait_idle(Duration::from_secs(60)));
+    }
+
+    #[tokio::test]
+    async fn a_lone_job_fans_out_and_its_parts_see_the_same() {
+        assert!(!may_fan_out(), "outside the pool");
+        let pool = CpuPool::new(2).unwrap();
+        let (lone, parts) = pool
+            .run(|| {
+                let lone = may_fan_out();
+                let parts = join(may_fan_out, may_fan_out);
+                Ok((lone, parts))
+            })
+            .await
+            .unwrap();
+        assert!(lone);
+        assert_eq!(parts, (true, true));
+    }
+
+    #[tokio::test]
+    async fn a_job_beside_another_keeps_to_its_thread() {
+        let pool = CpuPool::new(2).unwrap();
+        let (started, blocker_started) = oneshot::channel::<()>();
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let blocking_pool = pool.clone();
+        let blocker = tokio::spawn(async move {
+            blocking_pool
+                .run(move || {
+                    let _ = started.send(());
+                    let _ = blocked.recv();
+                    Ok(())
+                })
+                .await
+        });
+        blocker_started.await.unwrap();
+        let (fans_out, split) = pool
+            .run(|| {
+                let threads: std::collections::HashSet<_> = (0..64)
+                    .into_par_iter()
+                    .with_min_len(min_split_len())
+                    .map(|_| std::thread::current().id())
+                    .collect();
+                Ok((may_fan_out(), threads.len()))
+            })
+            .await
+            .unwrap();
+        assert!(!fans_out);
+        assert_eq!(split, 1, "the iterator ran on one thread");
+        release.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
     }
 }

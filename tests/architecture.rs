@@ -26,7 +26,7 @@ const RULE: &[(&str, &[&str])] = &[
     ("tokenizer", &[ERROR, "tokens", "types"]),
     ("chunk", &[ERROR, "tokens", "types"]),
     ("embed", &[ERROR, "tokens", "tokenizer", "cpu_pool"]),
-    ("dense", &[ERROR, "embed"]),
+    ("dense", &[ERROR, "embed", "cpu_pool"]),
     (
         "index",
         &[

@@ -33,6 +33,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use hnsw_rs::prelude::Distance;
+use rayon::prelude::*;
 
 use crate::embed::{dot, l2_normalize};
 use persist::{Manifest, SegmentEntry};
@@ -42,8 +43,25 @@ use segment::Segment;
 pub const MAX_SEAL_VECTORS: usize = 10_000_000;
 /// More sealed segments than this and the smallest are merged.
 const MAX_SEALED_SEGMENTS: usize = 8;
-/// How many of the smallest segments one tiered merge takes.
+/// How many of the smallest segments one merge past [`MAX_SEALED_SEGMENTS`] takes.
 const TIERED_MERGE_WIDTH: usize = 4;
+/// Segments of one tier are merged once there are this many: each tier's segments hold this
+/// many times the vectors of the tier below, so a collection of `n` vectors keeps at most
+/// `(factor - 1)` segments per tier, about `3 log4(n / seal_vectors)` in all, and each vector is
+/// rebuilt into a graph about `log4(n / seal_vectors)` times over its life.
+const TIER_MERGE_FACTOR: usize = 4;
+
+/// The tier of a segment of `live` vectors: 0 up to `seal_vectors` (a sealed live segment), then
+/// the least `t` with `live <= seal_vectors * TIER_MERGE_FACTOR^t`.
+fn tier(live: usize, seal_vectors: usize) -> usize {
+    let mut tier = 0;
+    let mut bound = seal_vectors.max(1);
+    while live > bound {
+        bound = bound.saturating_mul(TIER_MERGE_FACTOR);
+        tier += 1;
+    }
+    tier
+}
 
 /// How long searches waited for the segment list, the one lock they take (exported as
 /// `lathe_dense_wait_seconds`): the writer holds it only to swap in a new list.
@@ -78,6 +96,32 @@ pub static SEARCH_WAIT_MAX_SECONDS: LazyLock<prometheus::Gauge> = LazyLock::new(
 /// [`SEARCH_WAIT_MAX_SECONDS`] in nanoseconds, for a lock-free maximum.
 static SEARCH_WAIT_MAX_NANOS: AtomicU64 = AtomicU64::new(0);
 
+/// The `k` live vectors of `segment` most similar to the unit vector `unit` that `filter`
+/// accepts, as (key, similarity): an exact scan of a small segment, else a graph walk with a
+/// candidate list of `ef`.
+fn search_segment(
+    segment: &Segment,
+    unit: &[f32],
+    k: usize,
+    ef: usize,
+    filter: &(dyn Fn(u64) -> bool + Sync),
+) -> Vec<(u64, f32)> {
+    let accept = |slot: &usize| segment.is_live(*slot) && filter(segment.key(*slot));
+    if let Some(nearest) = segment.nearest(unit, k, &|slot| accept(&slot)) {
+        return nearest
+            .into_iter()
+            .map(|(slot, similarity)| (segment.key(slot), similarity))
+            .collect();
+    }
+    segment
+        .graph
+        .search_filter(unit, k, ef, Some(&accept))
+        .iter()
+        .filter(|neighbour| accept(&neighbour.d_id))
+        .map(|neighbour| (segment.key(neighbour.d_id), 1.0 - neighbour.distance))
+        .collect()
+}
+
 fn observe_search_wait(waited: std::time::Duration) {
     SEARCH_WAIT_SECONDS.observe(waited.as_secs_f64());
     let nanos = waited.as_nanos().min(u128::from(u64::MAX)) as u64;
@@ -111,7 +155,7 @@ impl DenseIndexConfig {
             dim,
             max_nb_connection: 16,
             ef_construction: 100,
-            ef_search: 64,
+            ef_search: 128,
             max_layer: 16,
             seal_vectors: 20_000,
             rebuild_dead_share: 0.25,
@@ -458,7 +502,7 @@ impl DenseIndex {
         &self,
         query: &[f32],
         k: usize,
-        filter: &dyn Fn(u64) -> bool,
+        filter: &(dyn Fn(u64) -> bool + Sync),
     ) -> Result<Vec<(u64, f32)>, DenseError> {
         if query.len() != self.config.dim {
             return Err(DenseError::DimensionMismatch {
@@ -475,28 +519,15 @@ impl DenseIndex {
         let waiting = Instant::now();
         let segments = self.segments();
         observe_search_wait(waiting.elapsed());
-        let mut hits: Vec<(u64, f32)> = Vec::new();
-        for segment in segments.iter() {
-            if segment.live_count() == 0 {
-                continue;
-            }
-            let accept = |slot: &usize| segment.is_live(*slot) && filter(segment.key(*slot));
-            if let Some(nearest) = segment.nearest(&unit, k, &|slot| accept(&slot)) {
-                hits.extend(
-                    nearest
-                        .into_iter()
-                        .map(|(slot, similarity)| (segment.key(slot), similarity)),
-                );
-                continue;
-            }
-            let neighbours = segment.graph.search_filter(&unit, k, ef, Some(&accept));
-            hits.extend(
-                neighbours
-                    .iter()
-                    .filter(|neighbour| accept(&neighbour.d_id))
-                    .map(|neighbour| (segment.key(neighbour.d_id), 1.0 - neighbour.distance)),
-            );
-        }
+        // Segments are searched side by side when the CPU pool has threads to spare: a graph
+        // walk waits on memory more than on arithmetic, so two walks on two cores take little
+        // longer than one.
+        let mut hits: Vec<(u64, f32)> = segments
+            .par_iter()
+            .with_min_len(crate::cpu_pool::min_split_len())
+            .filter(|segment| segment.live_count() > 0)
+            .flat_map_iter(|segment| search_segment(segment, &unit, k, ef, filter))
+            .collect();
         hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         // A key being replaced can be live in two segments for an instant: keep its best.
         let mut seen = HashSet::with_capacity(hits.len());
@@ -520,25 +551,48 @@ impl DenseIndex {
         self.merge_segments(&ids)
     }
 
-    /// The sealed segments worth merging now, if any: each one past the dead share, and the
-    /// smallest ones when there are more than a few.
+    /// The sealed segments worth merging now, if any: those past the dead share; else the
+    /// segments of the lowest tier holding [`TIER_MERGE_FACTOR`] or more (see [`tier`]), so that
+    /// segments grow by that factor (a search walks one graph per segment, and one large graph
+    /// costs far less than many small ones); else, past [`MAX_SEALED_SEGMENTS`], the smallest.
     pub fn segments_to_merge(&self) -> Option<Vec<u64>> {
         let sealed = self.sealed_segments();
-        let mut chosen: Vec<u64> = sealed
+        let dead: Vec<u64> = sealed
             .iter()
             .filter(|s| s.dead_share() > self.config.rebuild_dead_share)
             .map(|s| s.id)
             .collect();
+        if !dead.is_empty() {
+            return Some(dead);
+        }
+        let seal = self.config.seal_vectors;
+        let mut tiers: Vec<usize> = sealed.iter().map(|s| tier(s.live_count(), seal)).collect();
+        tiers.sort_unstable();
+        let full_tier = tiers
+            .chunk_by(|a, b| a == b)
+            .find(|same| same.len() >= TIER_MERGE_FACTOR)
+            .map(|same| same[0]);
+        if let Some(full_tier) = full_tier {
+            return Some(
+                sealed
+                    .iter()
+                    .filter(|s| tier(s.live_count(), seal) == full_tier)
+                    .map(|s| s.id)
+                    .collect(),
+            );
+        }
         if sealed.len() > MAX_SEALED_SEGMENTS {
             let mut by_size: Vec<&Arc<Segment>> = sealed.iter().collect();
             by_size.sort_by_key(|s| s.live_count());
-            for segment in by_size.into_iter().take(TIERED_MERGE_WIDTH) {
-                if !chosen.contains(&segment.id) {
-                    chosen.push(segment.id);
-                }
-            }
+            return Some(
+                by_size
+                    .into_iter()
+                    .take(TIERED_MERGE_WIDTH)
+                    .map(|s| s.id)
+                    .collect(),
+            );
         }
-        (!chosen.is_empty()).then_some(chosen)
+        None
     }
 
     /// Claims the right to run a merge; `false` when one runs. [`Self::merge_segments`] gives it
@@ -1289,6 +1343,46 @@ mod tests {
         // The manifest no longer lists it: a second open finds nothing damaged.
         let (again, _) = reopen(dir.path(), 16, 100, 0..200);
         assert_eq!(again.counters().damaged_segments, 0);
+    }
+
+    #[test]
+    fn tiers_grow_by_the_merge_factor() {
+        let seal = 100;
+        assert_eq!(tier(0, seal), 0);
+        assert_eq!(tier(13, seal), 0);
+        assert_eq!(tier(100, seal), 0);
+        assert_eq!(tier(101, seal), 1);
+        assert_eq!(tier(400, seal), 1);
+        assert_eq!(tier(401, seal), 2);
+        assert_eq!(tier(usize::MAX, 1), 32);
+    }
+
+    #[test]
+    fn a_full_tier_is_merged_into_one_segment_of_the_next() {
+        let vectors = random_vectors(700, 16, 11);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = persisted_index(dir.path(), &vectors[..300], 100);
+        assert!(index.segments_to_merge().is_none(), "3 segments of tier 0");
+        index
+            .insert_many((300..400).map(|id| (id as u64, vectors[id].as_slice())))
+            .expect("inserts");
+        let chosen = index.segments_to_merge().expect("a full tier");
+        assert_eq!(chosen, vec![0, 1, 2, 3]);
+        assert!(index.try_start_merge());
+        index.merge_segments(&chosen).expect("merges");
+        assert_eq!(index.sealed_segments().len(), 1);
+        // Three more of tier 0 beside the merged one of tier 1: nothing to merge.
+        index
+            .insert_many((400..700).map(|id| (id as u64, vectors[id].as_slice())))
+            .expect("inserts");
+        assert_eq!(index.sealed_segments().len(), 4);
+        assert!(index.segments_to_merge().is_none());
+        for (id, query) in vectors.iter().enumerate() {
+            assert_eq!(
+                index.search(query, 1, &|_| true).expect("ok")[0].0,
+                id as u64
+            );
+        }
     }
 
     #[test]

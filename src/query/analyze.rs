@@ -3,9 +3,12 @@
 
 use std::sync::Arc;
 
+use rayon::prelude::*;
+
 use super::{term_hash, SectionAnalysis};
 use crate::content_hash::content_hash;
-use crate::index::schema;
+use crate::cpu_pool;
+use crate::index::{schema, SectionHit};
 use crate::tokenizer::BudgetTokenizer;
 
 /// The section cache's key: the tokenizer and the section text, so an entry can never describe
@@ -25,27 +28,32 @@ impl SectionKey {
     }
 }
 
-/// The analysis of each text, in order, and how many were computed rather than found in the cache.
+/// The analysis of each section's text, in order, and how many were computed rather than found
+/// in the cache. Sections are analysed side by side when the CPU pool has threads to spare.
 #[tracing::instrument(level = "debug", skip_all, fields(tokenizer = tokenizer.name()))]
 pub fn analyze(
-    texts: impl Iterator<Item = impl AsRef<str>>,
+    sections: &[SectionHit],
     tokenizer: &BudgetTokenizer,
     cache: &moka::sync::Cache<SectionKey, Arc<SectionAnalysis>>,
 ) -> (Vec<Arc<SectionAnalysis>>, u32) {
-    let mut analyzer = schema::analyzer();
-    let mut misses = 0;
-    let analyses = texts
-        .map(|text| {
-            let text = text.as_ref();
+    let analysed: Vec<(Arc<SectionAnalysis>, bool)> = sections
+        .par_iter()
+        .with_min_len(cpu_pool::min_split_len())
+        .map_init(schema::analyzer, |analyzer, section| {
+            let text = section.text.as_str();
             let key = SectionKey::new(tokenizer.name(), text);
             let entry = cache
                 .entry(key)
-                .or_insert_with(|| Arc::new(analyze_one(text, tokenizer, &mut analyzer)));
-            misses += u32::from(entry.is_fresh());
-            entry.into_value()
+                .or_insert_with(|| Arc::new(analyze_one(text, tokenizer, analyzer)));
+            let fresh = entry.is_fresh();
+            (entry.into_value(), fresh)
         })
         .collect();
-    (analyses, misses)
+    let misses = analysed.iter().filter(|(_, fresh)| *fresh).count() as u32;
+    (
+        analysed.into_iter().map(|(analysis, _)| analysis).collect(),
+        misses,
+    )
 }
 
 fn analyze_one(

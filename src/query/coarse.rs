@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use crate::cpu_pool;
 use crate::error::Result;
 use crate::index::{CollectionIndex, FoundSection, SectionHit, Snapshot};
 use crate::types::Filter;
@@ -28,12 +29,16 @@ pub fn retrieve(
     top_k: usize,
     fusion: Fusion,
 ) -> Result<Vec<SectionHit>> {
-    let lexical = index.find(snapshot, terms, filter, top_k)?;
     let Some(query_vector) = query_vector.filter(|_| index.has_dense()) else {
+        let lexical = index.find(snapshot, terms, filter, top_k)?;
         return index.read_found(snapshot, &lexical);
     };
-    let dense = index.find_dense(snapshot, query_vector, filter, top_k)?;
-    index.read_found(snapshot, &fuse(lexical, dense, top_k, fusion))
+    // The two legs run side by side when the CPU pool has threads to spare.
+    let (lexical, dense) = cpu_pool::join(
+        || index.find(snapshot, terms, filter, top_k),
+        || index.find_dense(snapshot, query_vector, filter, top_k),
+    );
+    index.read_found(snapshot, &fuse(lexical?, dense?, top_k, fusion))
 }
 
 /// What the fusion reads and writes of a leg's result.

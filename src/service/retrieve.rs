@@ -202,8 +202,7 @@ fn run_query_stages(
     )?;
     timer.lap("coarse");
 
-    let texts = hits.iter().map(|hit| hit.text.as_str());
-    let (analyses, section_cache_misses) = analyze::analyze(texts, tokenizer, &caches.sections);
+    let (analyses, section_cache_misses) = analyze::analyze(&hits, tokenizer, &caches.sections);
     timer.lap("analyze");
 
     let semantic_threshold = validate::semantic_threshold(&query.chunking);
