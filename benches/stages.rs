@@ -29,6 +29,7 @@ use lathe::chunk::{ChunkOptions, Strategy, Unit};
 use lathe::eval::Dataset;
 use lathe::index::SectionHit;
 use lathe::query::analyze::analyze;
+use lathe::query::context::SpanContexts;
 use lathe::query::pack::pack;
 use lathe::query::rechunk::rechunk;
 use lathe::query::score::{score, Weights};
@@ -281,6 +282,7 @@ fn bench_pack(
                         budget,
                         &workload.tokenizer,
                         &ChunkSelection::default(),
+                        &SpanContexts::default(),
                     ));
                 }
             })
@@ -311,6 +313,7 @@ fn bench_result_cache_hit(
                 512,
                 &workload.tokenizer,
                 &ChunkSelection::default(),
+                &SpanContexts::default(),
             );
             let result = RetrieveResult {
                 chunks: spans

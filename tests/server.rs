@@ -329,6 +329,63 @@ async fn filters_and_position_order() {
     sorted.sort_unstable();
     assert_eq!(starts(&by_position), sorted);
     assert_ne!(starts(&by_score), sorted);
+
+    // Position order reads each chunk under its heading path, counted in the budget: the same
+    // chunks cost more tokens than in score order, and the budget still holds.
+    let guide =
+        "# Guide\n\n## Install on Debian\n\nRun apt install lathe as root. It takes a minute.\n\n\
+                 ## Upgrade\n\nRun apt upgrade lathe. The data directory is kept.\n";
+    upsert(
+        &mut client,
+        "c",
+        vec![document("g", guide, Format::Markdown)],
+    )
+    .await;
+    let headed = |order: proto::ResultOrder, budget: u32| {
+        let mut request = retrieve_request("c", "apt install lathe upgrade", budget);
+        request.order = order as i32;
+        request.filter = Some(proto::Filter {
+            metadata: vec![],
+            doc_ids: vec!["g".into()],
+        });
+        request
+    };
+    let by_score = retrieve(&mut client, headed(proto::ResultOrder::Score, 200)).await;
+    let by_position = retrieve(&mut client, headed(proto::ResultOrder::Position, 200)).await;
+    assert!(
+        by_score.chunks.iter().all(|c| c.context.is_empty()),
+        "{by_score:?}"
+    );
+    assert_eq!(
+        by_position.chunks.len(),
+        by_score.chunks.len(),
+        "{by_position:?}"
+    );
+    for chunk in &by_position.chunks {
+        assert!(
+            chunk.heading_path.first().is_some_and(|h| h == "Guide"),
+            "{chunk:?}"
+        );
+        assert_eq!(chunk.context, chunk.heading_path.join(" > "), "{chunk:?}");
+    }
+    let tokens = |r: &proto::RetrieveResponse| r.chunks.iter().map(|c| c.token_count).sum::<u32>();
+    assert_eq!(tokens(&by_position), by_position.tokens_used);
+    assert!(
+        by_position.tokens_used > by_score.tokens_used,
+        "{by_position:?}"
+    );
+    // A budget that holds the text alone but not with its heading lines takes less.
+    let tight = retrieve(
+        &mut client,
+        headed(proto::ResultOrder::Position, by_score.tokens_used),
+    )
+    .await;
+    assert!(tight.tokens_used <= by_score.tokens_used, "{tight:?}");
+    assert!(
+        tight.chunks.iter().map(|c| c.text.len()).sum::<usize>()
+            < by_score.chunks.iter().map(|c| c.text.len()).sum::<usize>(),
+        "{tight:?}"
+    );
     server.stop().await;
 }
 

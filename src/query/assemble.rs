@@ -1,6 +1,8 @@
 //! The assemble stage: packed spans in the order asked for, as chunks with their text, context
-//! and byte and code-point offsets in the document.
+//! (what pack counted before each span: [`SpanContexts`]) and byte and code-point offsets in the
+//! document.
 
+use super::context::SpanContexts;
 use super::PackedSpan;
 use crate::index::SectionHit;
 use crate::types::{ResultOrder, RetrievedChunk};
@@ -10,11 +12,15 @@ pub fn assemble(
     spans: &mut [PackedSpan],
     hits: &[SectionHit],
     order: ResultOrder,
+    contexts: &SpanContexts,
 ) -> Vec<RetrievedChunk> {
     if order == ResultOrder::Position {
         order_by_position(spans, hits);
     }
-    spans.iter().map(|span| chunk_of(span, hits)).collect()
+    spans
+        .iter()
+        .map(|span| chunk_of(span, hits, contexts))
+        .collect()
 }
 
 /// Documents in the order of their best span; spans of one document in document order.
@@ -38,7 +44,7 @@ fn order_by_position(spans: &mut [PackedSpan], hits: &[SectionHit]) {
     });
 }
 
-fn chunk_of(span: &PackedSpan, hits: &[SectionHit]) -> RetrievedChunk {
+fn chunk_of(span: &PackedSpan, hits: &[SectionHit], contexts: &SpanContexts) -> RetrievedChunk {
     let hit = &hits[span.hit_index as usize];
     let (start, end) = (span.start as usize, span.end as usize);
     let text = &hit.text[start..end];
@@ -50,9 +56,7 @@ fn chunk_of(span: &PackedSpan, hits: &[SectionHit]) -> RetrievedChunk {
         heading_path: hit.heading_path.clone(),
         doc_title: hit.doc_title.clone(),
         text: text.to_string(),
-        context: span.header.map_or_else(String::new, |(a, b)| {
-            hit.text[a as usize..b as usize].to_string()
-        }),
+        context: contexts.context(span.hit_index, &hit.text, span.header),
         bytes: hit.byte_start + start as u64..hit.byte_start + end as u64,
         chars: char_start..char_start + text.chars().count() as u64,
         token_count: span.token_count,
@@ -107,12 +111,13 @@ mod tests {
             hit("a", "only part of a", 0, 0),
             hit("b", "first part of b", 0, 0),
         ];
+        let none = SpanContexts::default();
         // Best first, as packed: b's later section, then a, then b's first section.
         let spans = [span(0, 0, 5, 3.0), span(1, 0, 4, 2.0), span(2, 0, 5, 1.0)];
-        let by_score = assemble(&mut spans.clone(), &hits, ResultOrder::Score);
+        let by_score = assemble(&mut spans.clone(), &hits, ResultOrder::Score, &none);
         let order: Vec<&str> = by_score.iter().map(|c| c.text.as_str()).collect();
         assert_eq!(order, ["later", "only", "first"]);
-        let by_position = assemble(&mut spans.clone(), &hits, ResultOrder::Position);
+        let by_position = assemble(&mut spans.clone(), &hits, ResultOrder::Position, &none);
         let order: Vec<&str> = by_position.iter().map(|c| c.text.as_str()).collect();
         assert_eq!(order, ["first", "later", "only"]);
     }
@@ -125,6 +130,7 @@ mod tests {
             &mut [span(0, start, "héllo wörld".len() as u32, 1.0)],
             &hits,
             ResultOrder::Score,
+            &SpanContexts::default(),
         );
         assert_eq!(chunks[0].text, "wörld");
         assert_eq!(

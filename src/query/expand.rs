@@ -9,11 +9,12 @@
 //! relevant the closer it lies to what matched): the best-valued growth that still fits is made
 //! first, and a side stops growing when its next sentence does not fit. A growth that reaches
 //! another span of its section merges with it. Every span is counted exactly with the budget
-//! tokenizer on its own text (with its context), so the budget is never exceeded.
+//! tokenizer on its own text (with its context: [`SpanContexts`]), so the budget is never exceeded.
 
 use std::sync::Arc;
 
-use super::pack::{overlaps_or_touches, with_context};
+use super::context::SpanContexts;
+use super::pack::overlaps_or_touches;
 use super::{PackedSpan, SectionAnalysis};
 use crate::index::SectionHit;
 use crate::tokenizer::BudgetTokenizer;
@@ -42,6 +43,8 @@ pub struct ExpandInputs<'a> {
     pub analyses: &'a [Arc<SectionAnalysis>],
     pub budget: u32,
     pub tokenizer: &'a BudgetTokenizer,
+    /// What the caller reads before each span, counted with it.
+    pub contexts: &'a SpanContexts,
 }
 
 /// Grows `spans` into the budget left over (see the module doc); spans stay disjoint and exact.
@@ -167,18 +170,14 @@ fn grow(
         }
     }
     let header = header.1;
-    let analysis = &inputs.analyses[span.hit_index as usize];
-    let token_count = match header {
-        None => inputs.tokenizer.count_span(
-            &hit.text,
-            &analysis.tokens,
-            analysis.spans_from_offsets,
-            start as usize..end as usize,
-        ),
-        Some(header) => inputs
-            .tokenizer
-            .count(&with_context(&hit.text, header, (start, end))),
-    } as u32;
+    let token_count = inputs.contexts.count(
+        inputs.tokenizer,
+        span.hit_index,
+        &hit.text,
+        &inputs.analyses[span.hit_index as usize],
+        header,
+        (start, end),
+    ) as u32;
     let grown = PackedSpan {
         start,
         end,

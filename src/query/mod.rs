@@ -11,6 +11,7 @@
 //!   └─ rechunk::rechunk             → Vec<Candidate>    fine chunks cut on token offsets
 //!   └─ score::score                 → Vec<Candidate>    chunk BM25 + section prior (+ dense), best first
 //!   └─ diversify::diversify         → Vec<Candidate>    reordered by MMR (only with diversity > 0)
+//!   └─ context::SpanContexts        → (per section)     what is read before a span (heading line in position order)
 //!   └─ pack::pack                   → Vec<PackedSpan>   chunks in that order merged into the budget
 //!   └─ expand::expand               → Vec<PackedSpan>   leftover budget grows spans by neighbouring sentences
 //!   └─ assemble::assemble           → Vec<RetrievedChunk>  ordered, with text and document offsets
@@ -19,6 +20,7 @@
 pub mod analyze;
 pub mod assemble;
 pub mod coarse;
+pub mod context;
 pub mod diversify;
 pub mod embed;
 pub mod expand;
@@ -123,7 +125,8 @@ pub struct PackedSpan {
     /// Byte range in the section text.
     pub start: u32,
     pub end: u32,
-    /// Exact count in the budget tokenizer of the span's text, with its context when it has one.
+    /// Exact count in the budget tokenizer of the span's text, with its context when it has one
+    /// ([`context::SpanContexts`]).
     pub token_count: u32,
     /// Byte range of the table header the span continues without holding it: the context the
     /// caller puts before the span's text.

@@ -5,11 +5,13 @@
 //! skipped and smaller ones after them may still be taken. The section's token offsets give a
 //! cheap lower bound that rejects hopeless candidates; a span that may fit is counted exactly with
 //! the budget tokenizer on its own text (a span's standalone tokenization can differ from the
-//! tokens it covers inside the section), so the budget is never exceeded. A chunk that continues a
-//! table carries the table's header as context, counted with it (see [`with_context`]).
+//! tokens it covers inside the section), so the budget is never exceeded. A span is counted with
+//! the context the caller reads before it (its heading line in position order, the header of the
+//! table it continues: [`SpanContexts`]).
 
 use std::sync::Arc;
 
+use super::context::SpanContexts;
 use super::{Candidate, PackedSpan, SectionAnalysis};
 use crate::index::SectionHit;
 use crate::tokenizer::BudgetTokenizer;
@@ -18,7 +20,7 @@ use crate::types::ChunkSelection;
 /// `candidates` must be in the order they should be taken (best first). A candidate scoring
 /// under `selection.min_score` is skipped, and so is one that would start a new span in a document
 /// already holding `selection.max_chunks_per_document` spans (one that merges into a span of its
-/// section adds none).
+/// section adds none). Each span is counted with what `contexts` puts before it.
 #[tracing::instrument(level = "debug", skip_all, fields(candidates = candidates.len(), budget))]
 pub fn pack(
     candidates: &[Candidate],
@@ -27,6 +29,7 @@ pub fn pack(
     budget: u32,
     tokenizer: &BudgetTokenizer,
     selection: &ChunkSelection,
+    contexts: &SpanContexts,
 ) -> Vec<PackedSpan> {
     let budget = budget as u64;
     let mut spans: Vec<PackedSpan> = Vec::new();
@@ -63,15 +66,14 @@ pub fn pack(
             continue;
         }
         let analysis = &analyses[candidate.hit_index as usize];
-        let merged_tokens = match header {
-            None => tokenizer.count_span(
-                text,
-                &analysis.tokens,
-                analysis.spans_from_offsets,
-                start as usize..end as usize,
-            ),
-            Some(header) => tokenizer.count(&with_context(text, header, (start, end))),
-        } as u64;
+        let merged_tokens = contexts.count(
+            tokenizer,
+            candidate.hit_index,
+            text,
+            analysis,
+            header,
+            (start, end),
+        ) as u64;
         if used - freed + merged_tokens > budget {
             continue;
         }
@@ -206,17 +208,6 @@ fn take_best_score(merged: &mut PackedSpan, spans: &[PackedSpan], absorbed: &[us
     }
 }
 
-/// What a caller reads for a span with a context: the context, a line break, then the span.
-pub fn with_context(text: &str, context: (u32, u32), span: (u32, u32)) -> String {
-    let context = &text[context.0 as usize..context.1 as usize];
-    let span = &text[span.0 as usize..span.1 as usize];
-    let mut joined = String::with_capacity(context.len() + 1 + span.len());
-    joined.push_str(context);
-    joined.push('\n');
-    joined.push_str(span);
-    joined
-}
-
 /// True when two byte ranges of `text` overlap or only whitespace lies between them.
 pub(super) fn overlaps_or_touches(text: &str, a: (u32, u32), b: (u32, u32)) -> bool {
     let (first, second) = if a.0 <= b.0 { (a, b) } else { (b, a) };
@@ -252,22 +243,24 @@ mod properties {
 
     use proptest::test_runner::TestCaseError;
 
-    use super::{pack, with_context, Candidate, PackedSpan, SectionAnalysis};
+    use super::{pack, Candidate, PackedSpan, SectionAnalysis, SpanContexts};
     use crate::query::assemble::assemble;
     use crate::query::diversify::diversify;
     use crate::query::expand::{expand, ExpandInputs};
     use crate::types::{ChunkSelection, ExactF32, ResultOrder};
 
     /// What must hold of any packed (or grown) spans: the floor and the per-document cap, the
-    /// budget counted exactly (with context), disjoint spans on char boundaries, and each
-    /// returned text equal to its document's text at the returned bytes (a section is at byte 0
-    /// of its document here, so the text is looked up by the span in the document's sections).
+    /// budget counted exactly (each chunk's `context + "\n" + text`, as the caller reads it),
+    /// disjoint spans on char boundaries, and each returned text equal to its document's text at
+    /// the returned bytes (a section is at byte 0 of its document here, so the text is looked up
+    /// by the span in the document's sections).
     fn check_spans(
         spans: &[PackedSpan],
         hits: &[SectionHit],
         budget: u32,
         selection: &ChunkSelection,
         order: ResultOrder,
+        contexts: &SpanContexts,
     ) -> Result<(), TestCaseError> {
         if let Some(floor) = selection.min_score {
             for s in spans {
@@ -283,8 +276,31 @@ mod properties {
                 prop_assert!(held <= cap as usize, "{held} spans of {doc_id}, cap {cap}");
             }
         }
-        let chunks = assemble(&mut spans.to_vec(), hits, order);
+        let chunks = assemble(&mut spans.to_vec(), hits, order, contexts);
         prop_assert_eq!(chunks.len(), spans.len());
+        let mut total = 0usize;
+        for chunk in &chunks {
+            let read = if chunk.context.is_empty() {
+                chunk.text.clone()
+            } else {
+                format!("{}\n{}", chunk.context, chunk.text)
+            };
+            let count = tokenizer().count(&read);
+            prop_assert_eq!(count, chunk.token_count as usize, "{:?}", read);
+            total += count;
+            let heading = hits
+                .iter()
+                .find(|hit| hit.doc_id == chunk.doc_id && hit.ordinal == chunk.section_ordinal);
+            let heading = heading
+                .map(|hit| hit.heading_path.join(" > "))
+                .unwrap_or_default();
+            if order == ResultOrder::Position && !heading.trim().is_empty() {
+                prop_assert!(
+                    chunk.context.starts_with(&heading),
+                    "{chunk:?} without its heading line"
+                );
+            }
+        }
         for chunk in &chunks {
             let exact = hits.iter().any(|hit| {
                 hit.doc_id == chunk.doc_id
@@ -295,16 +311,10 @@ mod properties {
             });
             prop_assert!(exact, "{chunk:?} is not its document's text");
         }
-        let mut total = 0usize;
         for s in spans {
-            let text = &hits[s.hit_index as usize].text;
-            total += match s.header {
-                None => tokenizer().count(&text[s.start as usize..s.end as usize]),
-                Some(header) => {
-                    prop_assert!(header.1 <= s.start, "context {header:?} inside {s:?}");
-                    tokenizer().count(&with_context(text, header, (s.start, s.end)))
-                }
-            };
+            if let Some(header) = s.header {
+                prop_assert!(header.1 <= s.start, "context {header:?} inside {s:?}");
+            }
         }
         prop_assert!(total <= budget as usize, "{total} > {budget}");
         prop_assert_eq!(
@@ -418,6 +428,21 @@ mod properties {
         .prop_map(|parts| parts.concat())
     }
 
+    /// Heading paths of zero to two titles: words, titles ending in punctuation or in a char
+    /// that is not ASCII (where a line break is no known cut), blank ones.
+    fn heading_path_strategy() -> impl proptest::strategy::Strategy<Value = Vec<String>> {
+        prop::collection::vec(
+            prop_oneof![
+                3 => "[a-zA-Z]{1,8}( [a-zA-Z]{1,8})?",
+                1 => Just("Why?".to_string()),
+                1 => Just("東京".to_string()),
+                1 => Just(" ".to_string()),
+                1 => "\\PC{1,4}",
+            ],
+            0..3,
+        )
+    }
+
     /// A deterministic pseudo-random score for chunk `chunk` of section `section`.
     fn pseudo_random_score(seed: u64, section: usize, chunk: usize) -> f32 {
         ((seed ^ (section as u64 * 7919 + chunk as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40)
@@ -468,7 +493,7 @@ mod properties {
                 }
             }
             candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
-            let packed = pack(&candidates, &hits, &analyses, budget, tokenizer, &ChunkSelection::default());
+            let packed = pack(&candidates, &hits, &analyses, budget, tokenizer, &ChunkSelection::default(), &SpanContexts::default());
             let tokens: u32 = packed.iter().map(|s| s.token_count).sum();
             let bytes: usize = packed.iter().map(|s| (s.end - s.start) as usize).sum();
             prop_assert!(tokens <= budget);
@@ -498,6 +523,7 @@ mod properties {
             diversity_steps in prop_oneof![Just(0u32), 0u32..=4],
             with_vectors in any::<bool>(),
             by_position in any::<bool>(),
+            heading_paths in prop::collection::vec(heading_path_strategy(), 4),
         ) {
             let selection = ChunkSelection {
                 min_score: min_score.map(|m| ExactF32(m as f32)),
@@ -508,8 +534,14 @@ mod properties {
             let hits: Vec<SectionHit> = texts
                 .iter()
                 .enumerate()
-                .map(|(i, t)| document_section(if i == 1 { "d1" } else { "d0" }, t))
+                .map(|(i, t)| SectionHit {
+                    ordinal: i as u64,
+                    heading_path: heading_paths[i].clone(),
+                    ..document_section(if i == 1 { "d1" } else { "d0" }, t)
+                })
                 .collect();
+            let order = if by_position { ResultOrder::Position } else { ResultOrder::Score };
+            let contexts = SpanContexts::for_order(order, &hits, tokenizer());
             let analyses: Vec<Arc<SectionAnalysis>> = hits
                 .iter()
                 .map(|hit| {
@@ -550,15 +582,14 @@ mod properties {
             let scored = candidates.clone();
             diversify(&mut candidates, &vectors, &hits, selection.diversity.0);
             prop_assert_eq!(sorted_by_place(&candidates), sorted_by_place(&scored));
-            let packed = pack(&candidates, &hits, &analyses, budget, tokenizer(), &selection);
-            let order = if by_position { ResultOrder::Position } else { ResultOrder::Score };
-            check_spans(&packed, &hits, budget, &selection, order)?;
+            let packed = pack(&candidates, &hits, &analyses, budget, tokenizer(), &selection, &contexts);
+            check_spans(&packed, &hits, budget, &selection, order, &contexts)?;
             // The leftover grows the spans: the same invariants, and every packed span lies
             // inside a grown one.
             let mut grown = packed.clone();
-            let inputs = ExpandInputs { hits: &hits, analyses: &analyses, budget, tokenizer: tokenizer() };
+            let inputs = ExpandInputs { hits: &hits, analyses: &analyses, budget, tokenizer: tokenizer(), contexts: &contexts };
             expand(&mut grown, &inputs);
-            check_spans(&grown, &hits, budget, &selection, order)?;
+            check_spans(&grown, &hits, budget, &selection, order, &contexts)?;
             prop_assert!(grown.len() <= packed.len());
             for p in &packed {
                 let kept = grown.iter().any(|g| g.hit_index == p.hit_index && g.start <= p.start && p.end <= g.end);
@@ -568,7 +599,8 @@ mod properties {
             if packed.is_empty() {
                 let above_floor = |c: &&Candidate| selection.min_score.is_none_or(|floor| c.score >= floor.0);
                 for c in candidates.iter().filter(above_floor) {
-                    let own = tokenizer().count(&hits[c.hit_index as usize].text[c.start as usize..c.end as usize]);
+                    let (text, analysis) = (&hits[c.hit_index as usize].text, &analyses[c.hit_index as usize]);
+                    let own = contexts.count(tokenizer(), c.hit_index, text, analysis, c.header, (c.start, c.end));
                     prop_assert!(own > budget as usize || c.token_count == 0, "{c:?} ({own} tokens) fits {budget}");
                 }
             }

@@ -11,6 +11,7 @@ use crate::config::DenseModel;
 use crate::embed::Embedder;
 use crate::error::Result;
 use crate::index::{CollectionIndex, SectionHit, Snapshot};
+use crate::query::context::SpanContexts;
 use crate::query::diversify::{self, MMR_POOL};
 use crate::query::{
     analyze, assemble, coarse, embed, expand, pack, rechunk, score, validate, Candidate,
@@ -253,7 +254,10 @@ fn fit_budget(
 ) -> (Vec<PackedSpan>, Vec<RetrievedChunk>) {
     let budget = query.token_budget;
     let selection = &query.selection;
-    let mut spans = pack::pack(candidates, hits, analyses, budget, tokenizer, selection);
+    let contexts = SpanContexts::for_order(query.order, hits, tokenizer);
+    let mut spans = pack::pack(
+        candidates, hits, analyses, budget, tokenizer, selection, &contexts,
+    );
     timer.lap("pack");
 
     let leftover = expand::ExpandInputs {
@@ -261,11 +265,12 @@ fn fit_budget(
         analyses,
         budget,
         tokenizer,
+        contexts: &contexts,
     };
     expand::expand(&mut spans, &leftover);
     timer.lap("expand");
 
-    let chunks = assemble::assemble(&mut spans, hits, query.order);
+    let chunks = assemble::assemble(&mut spans, hits, query.order, &contexts);
     timer.lap("assemble");
     (spans, chunks)
 }

@@ -201,6 +201,48 @@ impl BudgetTokenizer {
         counted
     }
 
+    /// Exactly `self.count(&format!("{line}\n{}", &text[bytes]))`, where `line_tokens` is
+    /// `self.count(line)`: a span read after a line of context (a section's heading path).
+    ///
+    /// When the line break is a cut on both sides (the line ends and the span starts with a
+    /// printable ASCII char, under [`CutRule::WhitespaceWords`]), each side holds a token and the
+    /// break itself none, so the count is the line's plus the span's, read from the offsets as
+    /// [`Self::count_span`] reads it. Otherwise the joined text is counted.
+    pub fn count_after_line(
+        &self,
+        line: &str,
+        line_tokens: usize,
+        text: &str,
+        offsets: &TokenOffsets,
+        from_offsets: bool,
+        bytes: Range<usize>,
+    ) -> usize {
+        let span = &text[bytes.clone()];
+        let rule = self.cut_rule;
+        let cut_on_both_sides = match (line.as_bytes().last(), span.as_bytes().first()) {
+            (Some(&last), Some(&first)) => {
+                rule == CutRule::WhitespaceWords
+                    && rule.is_cut(&[last, b'\n'], 1)
+                    && rule.is_cut(&[b'\n', first], 1)
+            }
+            _ => false,
+        };
+        if !cut_on_both_sides {
+            let mut joined = String::with_capacity(line.len() + 1 + span.len());
+            joined.push_str(line);
+            joined.push('\n');
+            joined.push_str(span);
+            return self.count(&joined);
+        }
+        let counted = line_tokens + self.count_span(text, offsets, from_offsets, bytes);
+        debug_assert_eq!(
+            counted,
+            self.count(&format!("{line}\n{span}")),
+            "{line:?} then {span:?}"
+        );
+        counted
+    }
+
     /// The first cut at or after `a` and the last at or before `b` (the text's ends count as
     /// cuts for a span that starts or ends there), when they are in order.
     fn inner_cuts(&self, bytes: &[u8], a: usize, b: usize) -> Option<(usize, usize)> {

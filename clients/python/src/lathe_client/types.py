@@ -57,7 +57,8 @@ class ChunkUnit(enum.Enum):
 
 
 class ResultOrder(enum.Enum):
-    """SCORE: best chunk first. POSITION: grouped by document, in document order."""
+    """SCORE: best chunk first. POSITION: grouped by document, in document order, each chunk
+    under its heading path (in `context`, counted in the budget)."""
 
     SCORE = "score"
     POSITION = "position"
@@ -176,8 +177,9 @@ class Chunk:
     score_parts: ScoreParts
     strategy: ChunkStrategy
     metadata: Mapping[str, str]
-    # Header rows of the table this chunk continues without holding them; "" for most chunks.
-    # `token_count` counts `context + "\n" + text` when it is set.
+    # What to read before the text: in POSITION order the section's heading path (" > ") as a
+    # line, then the header rows of a table this chunk continues without holding them; "" for
+    # most chunks in SCORE order. `token_count` counts `context + "\n" + text` when it is set.
     context: str = ""
 
     @property
