@@ -6,11 +6,12 @@
 //! once it is full (`seal_vectors`, or at a clean shutdown) it is sealed: its graph is dumped
 //! with hnsw_rs's `hnswio` under the index's folder and listed in `manifest.json` (see
 //! `persist`), and an empty live segment takes its place. A search asks every segment for `k`
-//! neighbours and merges them by score.
+//! neighbours (side by side when the CPU pool is idle) and merges them by score.
 //!
 //! hnsw_rs cannot delete a point: a deleted or replaced key leaves a dead slot that searches
-//! filter out. A segment whose dead share passes `rebuild_dead_share`, or the smallest ones when
-//! there are many, are rebuilt from their live vectors by [`DenseIndex::merge_segments`] (on a
+//! filter out. A segment whose dead share passes `rebuild_dead_share`, four segments of one size
+//! tier (so that segments grow fourfold and stay few), or the smallest ones when there are many,
+//! are rebuilt from their live vectors by [`DenseIndex::merge_segments`] (on a
 //! thread of the caller's choosing, never under a lock a search takes) and swapped in.
 //!
 //! Concurrency: searches take no lock but the one around the segment list, for the time of an

@@ -13,7 +13,7 @@
 //! sections' vectors are tombstoned (left live, they would crowd the live sections out of the
 //! nearest neighbours) and the new ones inserted into the live segment, which is sealed (dumped
 //! and listed in the manifest) whenever it fills up, so nothing sealed is uncommitted. Sealed
-//! segments with many tombstones (or many small ones) are merged on a background thread.
+//! segments with many tombstones, or four of one size tier, are merged on a background thread.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
