@@ -2,10 +2,12 @@
 //!
 //! tonic's transport server also honours `grpc-timeout` (even with no server timeout set), but
 //! answers an expired call with CANCELLED "Timeout expired", which clients classify as "the caller
-//! gave up", not "the deadline passed". This layer runs inside tonic's and fires first: its
-//! deadline is 1 ms earlier (tokio timers have 1 ms resolution, so it can never land in a later
-//! tick than tonic's), and tonic polls the inner future before its own timer, so when both are
-//! due in one tick this one's answer wins.
+//! gave up", not "the deadline passed". So does tonic's client, with a timer of its own started
+//! before the request left. This layer runs inside tonic's server and fires first: its deadline
+//! is a twentieth of the timeout earlier (at least 1 ms, at most 50 ms; see [`answer_within`]),
+//! so its answer is written before tonic's server timer fires (tokio timers have 1 ms resolution)
+//! and reaches a client on the same network before the client's own timer does. A call that would
+//! have finished in that last twentieth is cut; its client would not have had time to use it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,8 +20,12 @@ use tower::{Layer, Service};
 use super::grpc::parse_grpc_timeout;
 use crate::error::LatheError;
 
-/// Margin by which this layer's deadline precedes tonic's.
-const AHEAD_OF_TONIC: Duration = Duration::from_millis(1);
+/// How long this layer lets a call with the client's `timeout` run before answering
+/// DEADLINE_EXCEEDED: the timeout less a twentieth of it, that margin kept in 1..=50 ms.
+pub fn answer_within(timeout: Duration) -> Duration {
+    let margin = (timeout / 20).clamp(Duration::from_millis(1), Duration::from_millis(50));
+    timeout.saturating_sub(margin)
+}
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ClientDeadlineLayer;
@@ -66,7 +72,7 @@ where
             return Box::pin(response);
         };
         Box::pin(async move {
-            let limit = client_timeout.saturating_sub(AHEAD_OF_TONIC);
+            let limit = answer_within(client_timeout);
             match tokio::time::timeout(limit, response).await {
                 Ok(result) => result,
                 Err(_) => Ok(Status::from(LatheError::DeadlineExceeded {
@@ -77,5 +83,20 @@ where
                 .into_http()),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_comes_a_twentieth_early_within_one_to_fifty_ms() {
+        let ms = Duration::from_millis;
+        assert_eq!(answer_within(ms(200)), ms(190));
+        assert_eq!(answer_within(ms(10)), ms(9), "at least 1 ms early");
+        assert_eq!(answer_within(ms(30_000)), ms(29_950), "at most 50 ms early");
+        assert_eq!(answer_within(Duration::ZERO), Duration::ZERO);
+        assert!(answer_within(ms(1)) < ms(1));
     }
 }
