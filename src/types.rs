@@ -95,6 +95,10 @@ impl Default for SemanticThreshold {
     }
 }
 
+/// Joins the titles of a heading path into one line: a chunk's section title, and its heading
+/// line in position order.
+pub const HEADING_SEPARATOR: &str = " > ";
+
 /// Separator of a metadata term `key\u{1f}value` (ASCII unit separator: never typed by users);
 /// a metadata key must not hold it, or two different pairs would be one term.
 pub const METADATA_SEPARATOR: char = '\u{1f}';

@@ -431,7 +431,7 @@ impl From<RetrievedChunk> for proto::RetrievedChunk {
         proto::RetrievedChunk {
             doc_id,
             section_id,
-            section_title: heading_path.join(" > "),
+            section_title: heading_path.join(crate::types::HEADING_SEPARATOR),
             heading_path,
             doc_title,
             text,

@@ -79,6 +79,10 @@ struct Args {
     /// Sections per request; 0 leaves `top_k` unset, so the server takes its depth from the budget.
     #[arg(long, default_value_t = 8)]
     top_k: u32,
+    /// Result order of every request: score, or position (grouped by document, each chunk
+    /// under its heading path).
+    #[arg(long, default_value = "score", value_parser = ["score", "position"])]
+    order: String,
     /// Query this existing collection of the server given with `--addr` instead of ingesting the
     /// dataset into a new one (its questions are still read from the dataset); it is kept.
     #[arg(long)]
@@ -233,6 +237,7 @@ struct ClientWork {
     max_requests: u64,
     budget: u32,
     top_k: u32,
+    order: proto::ResultOrder,
     interval: Option<Arc<Interval>>,
     deadline: Instant,
 }
@@ -267,6 +272,7 @@ impl ClientWork {
             query: question,
             top_k: requested_top_k(self.top_k),
             token_budget: budget,
+            order: self.order as i32,
             ..Default::default()
         }
     }
@@ -461,6 +467,11 @@ async fn run(target: &LoadTarget, shape: RunShape) -> anyhow::Result<RunReport> 
         max_requests: args.max_requests,
         budget: args.budget,
         top_k: args.top_k,
+        order: if args.order == "position" {
+            proto::ResultOrder::Position
+        } else {
+            proto::ResultOrder::Score
+        },
         interval,
         deadline,
     };

@@ -8,10 +8,7 @@
 use super::SectionAnalysis;
 use crate::index::SectionHit;
 use crate::tokenizer::BudgetTokenizer;
-use crate::types::ResultOrder;
-
-/// Joins the titles of a heading path in a heading line (as `RetrievedChunk.section_title`).
-pub const HEADING_SEPARATOR: &str = " > ";
+use crate::types::{ResultOrder, HEADING_SEPARATOR};
 
 /// A section's heading path as one line, and its count in the budget tokenizer.
 #[derive(Clone, Debug, PartialEq, Eq)]
