@@ -5,6 +5,8 @@
 //! budget, so a long prompt reads like excerpts of documents under their headings and the budget
 //! still holds.
 
+use std::collections::HashMap;
+
 use super::SectionAnalysis;
 use crate::index::SectionHit;
 use crate::tokenizer::BudgetTokenizer;
@@ -26,19 +28,26 @@ pub struct SpanContexts {
 
 impl SpanContexts {
     /// The contexts for answers in `order`: in position order each section with a heading path
-    /// gets its heading line (one tokenizer call per section, on a few words).
+    /// gets its heading line, each distinct line counted once (sections of one heading share it).
     pub fn for_order(order: ResultOrder, hits: &[SectionHit], tokenizer: &BudgetTokenizer) -> Self {
         if order != ResultOrder::Position {
             return Self::default();
         }
+        let mut counted: HashMap<String, usize> = HashMap::new();
         let lines = hits
             .iter()
             .map(|hit| {
                 let text = hit.heading_path.join(HEADING_SEPARATOR);
-                (!text.trim().is_empty()).then(|| HeadingLine {
-                    tokens: tokenizer.count(&text),
-                    text,
-                })
+                if text.trim().is_empty() {
+                    return None;
+                }
+                let tokens = match counted.get(&text) {
+                    Some(&tokens) => tokens,
+                    None => *counted
+                        .entry(text.clone())
+                        .or_insert_with(|| tokenizer.count(&text)),
+                };
+                Some(HeadingLine { text, tokens })
             })
             .collect();
         Self { lines }
