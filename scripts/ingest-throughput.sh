@@ -19,7 +19,7 @@ for dense in "${modes[@]}"; do
   cpu_ticks() { awk '{print $14 + $15}' /proc/$pid/stat; }
   ticks_before=$(cpu_ticks)
   start=$(date +%s.%N)
-  "$binary" ingest "$corpus" -c t --addr "$address" >"$data/ingest.out" 2>&1
+  "$binary" ingest "$corpus" -c t --addr "$address" ${INGEST_ARGS:-} >"$data/ingest.out" 2>&1
   end=$(date +%s.%N)
   cpu=$(echo "scale=2; ($(cpu_ticks) - $ticks_before) / $(getconf CLK_TCK)" | bc)
   rss=$(awk '/^VmRSS/{print $2}' /proc/$pid/status)

@@ -29,6 +29,7 @@ use crate::tokens::{
 };
 
 mod spans;
+mod words;
 use spans::CutRule;
 
 /// Longest run of whitespace, or of chars other than whitespace, handed to a tokenizer whole.
@@ -52,7 +53,7 @@ pub struct BudgetTokenizer {
 
 #[derive(Clone)]
 enum Kind {
-    HuggingFace(Arc<Tokenizer>),
+    HuggingFace(Arc<LoadedTokenizer>),
     Tiktoken(&'static CoreBPE),
 }
 
@@ -89,7 +90,7 @@ impl BudgetTokenizer {
             name
         };
         let cut_rule = match &kind {
-            Kind::HuggingFace(tokenizer) => CutRule::of_tokenizer_json(tokenizer),
+            Kind::HuggingFace(loaded) => loaded.cut_rule,
             Kind::Tiktoken(_) => CutRule::PiecesBeforeWhitespace,
         };
         Ok(Self {
@@ -180,15 +181,8 @@ impl BudgetTokenizer {
     /// Byte spans (and ids) of the tokens of one call's input, in order.
     fn tokenize_one_call(&self, input: &str, tokens: &mut dyn FnMut(usize, usize, u32)) {
         match &self.kind {
-            // `encode` (not `encode_fast`) tracks byte offsets.
-            Kind::HuggingFace(tokenizer) => match tokenizer.encode(input, false) {
-                Ok(encoding) => {
-                    for (&(start, end), &id) in
-                        encoding.get_offsets().iter().zip(encoding.get_ids())
-                    {
-                        tokens(start, end, id);
-                    }
-                }
+            Kind::HuggingFace(loaded) => match loaded.encode(input, tokens) {
+                Ok(()) => {}
                 Err(error) => {
                     // The HF tokenizers fail only on pathological configurations; fall back to
                     // whitespace words so that a query never fails on one odd section.
@@ -208,6 +202,44 @@ impl BudgetTokenizer {
                 }
             }
         }
+    }
+}
+
+/// A Hugging Face tokenizer as loaded from its file (shared by every collection that names the
+/// file), with the words it has tokenized when it is whitespace-local ([`words`]).
+struct LoadedTokenizer {
+    tokenizer: Tokenizer,
+    cut_rule: CutRule,
+    words: Option<words::WordMemo>,
+}
+
+impl LoadedTokenizer {
+    fn new(tokenizer: Tokenizer) -> Self {
+        let cut_rule = CutRule::of_tokenizer_json(&tokenizer);
+        let words = (cut_rule == CutRule::WhitespaceWords).then(words::WordMemo::new);
+        Self {
+            tokenizer,
+            cut_rule,
+            words,
+        }
+    }
+
+    /// The tokens of `input` as `tokenizer.encode(input, false)` gives them: word by word with
+    /// the words remembered for a whitespace-local tokenizer, else in one `encode` (which, unlike
+    /// `encode_fast`, tracks byte offsets).
+    fn encode(
+        &self,
+        input: &str,
+        tokens: &mut dyn FnMut(usize, usize, u32),
+    ) -> tokenizers::Result<()> {
+        if let Some(words) = &self.words {
+            return words.encode(&self.tokenizer, input, tokens);
+        }
+        let encoding = self.tokenizer.encode(input, false)?;
+        for (&(start, end), &id) in encoding.get_offsets().iter().zip(encoding.get_ids()) {
+            tokens(start, end, id);
+        }
+        Ok(())
     }
 }
 
@@ -474,7 +506,7 @@ pub struct EncodedText {
     pub offsets: Vec<(usize, usize)>,
 }
 
-fn load_tokenizer_json(path: &Path, field: &str) -> Result<Arc<Tokenizer>> {
+fn load_tokenizer_json(path: &Path, field: &str) -> Result<Arc<LoadedTokenizer>> {
     if !path.exists() {
         return Err(LatheError::invalid(
             field,
@@ -487,7 +519,7 @@ fn load_tokenizer_json(path: &Path, field: &str) -> Result<Arc<Tokenizer>> {
     // Collections share a tokenizer loaded from the same unchanged file: a MiniLM tokenizer
     // costs megabytes and tens of milliseconds to parse, which a thousand collections of one
     // tenant each would pay a thousand times at every start.
-    type Loaded = HashMap<PathBuf, (Option<(SystemTime, u64)>, Weak<Tokenizer>)>;
+    type Loaded = HashMap<PathBuf, (Option<(SystemTime, u64)>, Weak<LoadedTokenizer>)>;
     static LOADED: OnceLock<Mutex<Loaded>> = OnceLock::new();
     let version = std::fs::metadata(path)
         .ok()
@@ -510,7 +542,7 @@ fn load_tokenizer_json(path: &Path, field: &str) -> Result<Arc<Tokenizer>> {
     tokenizer
         .with_truncation(None)
         .map_err(|error| LatheError::internal(format!("cannot disable truncation: {error}")))?;
-    let tokenizer = Arc::new(tokenizer);
+    let tokenizer = Arc::new(LoadedTokenizer::new(tokenizer));
     let mut loaded = loaded.lock().unwrap_or_else(|p| p.into_inner());
     // Forget tokenizers no collection holds any more before remembering this one.
     loaded.retain(|_, (_, held)| held.strong_count() > 0);
@@ -713,7 +745,7 @@ pub(crate) mod tests {
         let Kind::HuggingFace(hugging_face) = &minilm.kind else {
             unreachable!()
         };
-        let whole = hugging_face.encode(text.as_str(), false).unwrap();
+        let whole = hugging_face.tokenizer.encode(text.as_str(), false).unwrap();
         assert_eq!(
             minilm.offsets(&text),
             TokenOffsets::from_spans(&text, whole.get_offsets().iter().copied())

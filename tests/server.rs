@@ -684,3 +684,97 @@ async fn a_chunk_continuing_a_table_carries_its_header_as_counted_context() {
     }
     server.stop().await;
 }
+
+/// `lathe ingest` (the real binary) in batches of at most two documents, two batches in flight:
+/// every document is stored once, whatever order the batches land in, and a document id given
+/// twice ends with its last version (such an ingest sends one batch at a time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lathe_ingest_in_flight_batches_store_everything_and_the_last_version_wins() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let server = TestServer::start_with(lexical_config(&dir.path().join("data"))).await;
+        let mut client = server.client.clone();
+        let corpus = dir.path().join("corpus");
+        std::fs::create_dir(&corpus).unwrap();
+        for i in 0..24 {
+            std::fs::write(
+                corpus.join(format!("doc{i:02}.md")),
+                format!("# Part {i}\n\nThe lathe turns blank{i} into shavings.\n"),
+            )
+            .unwrap();
+        }
+        let ingest = |path: std::path::PathBuf| {
+            let address = server.address.to_string();
+            tokio::task::spawn_blocking(move || {
+                std::process::Command::new(env!("CARGO_BIN_EXE_lathe"))
+                    .args(["ingest", "--collection", "shop", "--addr", &address])
+                    .args([
+                        "--batch",
+                        "2",
+                        "--first-batch-bytes",
+                        "1",
+                        "--in-flight",
+                        "2",
+                    ])
+                    .arg(path)
+                    .output()
+                    .expect("run lathe ingest")
+            })
+        };
+        let output = ingest(corpus.clone()).await.unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        assert!(!stderr.contains("repeat"), "{stderr}");
+        assert_eq!(
+            stderr.matches("documents ").count(),
+            12,
+            "a line per batch: {stderr}"
+        );
+        let stats = collection_stats(&mut client, "shop").await;
+        assert_eq!((stats.documents, stats.sections), (24, 24));
+        for i in [0, 11, 23] {
+            let response = retrieve(
+                &mut client,
+                retrieve_request("shop", &format!("blank{i}"), 64),
+            )
+            .await;
+            assert_eq!(response.chunks[0].doc_id, format!("doc{i:02}.md"));
+        }
+        // Run again (a resume): the same documents, still once each.
+        assert!(ingest(corpus).await.unwrap().status.success());
+        let stats = collection_stats(&mut client, "shop").await;
+        assert_eq!((stats.documents, stats.sections), (24, 24));
+
+        let repeated = dir.path().join("repeated.jsonl");
+        let mut lines = String::new();
+        for version in ["walnut", "maple", "cherry"] {
+            for id in ["x", "y", "z"] {
+                lines.push_str(&format!(
+                    "{{\"id\":\"{id}\",\"text\":\"Bowl {id} is turned from {version}.\"}}\n"
+                ));
+            }
+        }
+        std::fs::write(&repeated, lines).unwrap();
+        let output = ingest(repeated).await.unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        assert!(stderr.contains("ids repeat"), "{stderr}");
+        for id in ["x", "y", "z"] {
+            let response = retrieve(
+                &mut client,
+                retrieve_request("shop", &format!("bowl {id}"), 64),
+            )
+            .await;
+            let chunk = response
+                .chunks
+                .iter()
+                .find(|c| c.doc_id == id)
+                .expect("stored");
+            assert!(chunk.text.contains("cherry"), "{id}: {:?}", chunk.text);
+        }
+        assert_eq!(collection_stats(&mut client, "shop").await.documents, 27);
+        server.stop().await;
+    })
+    .await
+    .expect("bounded");
+}

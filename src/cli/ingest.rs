@@ -5,16 +5,20 @@
 //! only once durable. Batches are cut by bytes, sized from the throughput measured so far so that
 //! one takes about `--batch-seconds` (a third of the server's default 30 s deadline); a batch that
 //! still runs past its deadline is retried at a quarter the size (an upsert is idempotent), and
-//! one document that alone outlasts it goes as an upload stream (no server deadline). Progress
+//! one document that alone outlasts it goes as an upload stream (no server deadline). Two batches
+//! are in flight at once (`--in-flight`), so that the server cuts one into sections while it
+//! indexes and commits the other; with repeated document ids, one at a time. Progress
 //! (documents, MB, MB/s, ETA) is printed after each batch. Resuming after an interruption is
 //! running the same command again: the server reuses the stored vectors of every section whose
 //! text is unchanged, so documents already stored cost no inference.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use futures::stream::{FuturesOrdered, StreamExt};
 use serde::Deserialize;
 use tonic::Code;
 
@@ -36,7 +40,7 @@ pub struct IngestArgs {
     #[arg(long)]
     pub section_tokens: Option<u32>,
     /// Most documents per batch.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 128)]
     pub batch: usize,
     /// Seconds one batch should take; batch sizes in bytes follow from the measured throughput.
     #[arg(long, default_value_t = 10.0)]
@@ -44,6 +48,10 @@ pub struct IngestArgs {
     /// Bytes of document text in the first batch, before any throughput is measured.
     #[arg(long, default_value_t = 64 * 1024)]
     pub first_batch_bytes: usize,
+    /// Batches sent before the first is answered: the server cuts the next into sections while
+    /// it indexes and commits this one.
+    #[arg(long, default_value_t = 2)]
+    pub in_flight: usize,
     /// Deadline of each batch's call, in seconds (the server's `server.request_timeout_ms`
     /// still applies when shorter).
     #[arg(long, default_value_t = 30.0)]
@@ -224,48 +232,79 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
     let mut sizer = BatchSizer::new(args.first_batch_bytes, args.batch_seconds);
     let deadline = Duration::from_secs_f64(args.deadline_seconds);
     let (mut sections, mut generation) = (0u64, 0u64);
+    // Batches are cut in order; one that ran past its deadline comes back here in smaller ones.
+    let mut retries: VecDeque<Range<usize>> = VecDeque::new();
     let mut next = 0;
-    while next < documents.len() {
-        let end = batch_end(&sizes, next, sizer.batch_bytes(), args.batch.max(1));
-        let batch_bytes: usize = sizes[next..end].iter().sum();
-        let started = Instant::now();
-        let answer = send_batch(
-            &mut client,
-            &args.collection,
-            &documents[next..end],
-            batch_bytes,
-            deadline,
-        )
-        .await?;
-        match answer {
+    let most_in_flight = if has_repeated_ids(&documents) {
+        eprintln!(
+            "some document ids repeat: sending one batch at a time, so the last version wins"
+        );
+        1
+    } else {
+        args.in_flight.max(1)
+    };
+    let mut in_flight = FuturesOrdered::new();
+    loop {
+        while in_flight.len() < most_in_flight {
+            let range = match retries.pop_front() {
+                Some(range) => range,
+                None if next < documents.len() => {
+                    let end = batch_end(&sizes, next, sizer.batch_bytes(), args.batch.max(1));
+                    std::mem::replace(&mut next, end)..end
+                }
+                None => break,
+            };
+            let batch_bytes: usize = sizes[range.clone()].iter().sum();
+            let (mut client, collection, batch) = (
+                client.clone(),
+                args.collection.as_str(),
+                &documents[range.clone()],
+            );
+            in_flight.push_back(async move {
+                let started = Instant::now();
+                let answer =
+                    send_batch(&mut client, collection, batch, batch_bytes, deadline).await;
+                (range, batch_bytes, started.elapsed(), answer)
+            });
+        }
+        let Some((range, batch_bytes, elapsed, answer)) = in_flight.next().await else {
+            break;
+        };
+        match answer? {
             Ok(response) => {
                 let response = response.into_inner();
-                sizer.observe(batch_bytes, started.elapsed());
+                sizer.observe(batch_bytes, elapsed);
                 sections += u64::from(response.sections);
-                generation = response.generation;
-                progress.done(end - next, batch_bytes);
+                generation = generation.max(response.generation);
+                progress.done(range.len(), batch_bytes);
                 eprintln!("{}", progress.line());
-                next = end;
             }
             // Not applied, or applied whole: either way sending it again is safe, and cheap for
             // what was stored. Smaller, unless it is one document already.
-            Err(status) if ran_past_deadline(&status) && end - next > 1 => {
+            Err(status) if ran_past_deadline(&status) && range.len() > 1 => {
                 sizer.timed_out(batch_bytes);
                 eprintln!(
                     "a batch of {} documents ({:.2} MB) ran past its deadline; retrying in batches of at most {:.2} MB",
-                    end - next,
+                    range.len(),
                     batch_bytes as f64 / 1e6,
                     sizer.batch_bytes() as f64 / 1e6
                 );
+                let mut start = range.start;
+                while start < range.end {
+                    let end = batch_end(&sizes[..range.end], start, sizer.batch_bytes(), args.batch.max(1));
+                    retries.push_back(start..end);
+                    start = end;
+                }
             }
             Err(status) => {
                 return Err(anyhow::anyhow!(
-                    "upserting documents {}..{} failed: {:?}: {} ({} documents before them are stored; run the command again to resume)",
-                    next,
-                    end,
+                    "upserting documents {}..{} failed: {:?}: {} ({} of the {} documents are stored; run the command again to resume)",
+                    range.start,
+                    range.end,
                     status.code(),
                     status.message(),
-                    next
+                    progress.documents,
+                    documents.len(),
                 ))
             }
         }
@@ -278,6 +317,15 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         &progress,
     );
     Ok(())
+}
+
+/// Whether two of `documents` have the same id: batches in flight side by side may be applied
+/// in either order, and of one id the last version given must win.
+fn has_repeated_ids(documents: &[proto::Document]) -> bool {
+    let mut ids = std::collections::HashSet::with_capacity(documents.len());
+    !documents
+        .iter()
+        .all(|document| ids.insert(document.id.as_str()))
 }
 
 /// Sends one batch as a `wait` UpsertDocuments call under `deadline`; a single document whose
@@ -555,6 +603,20 @@ mod tests {
             start = end;
         }
         assert_eq!(covered, [0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn repeated_ids_are_found() {
+        let document = |id: &str| proto::Document {
+            id: id.into(),
+            ..Default::default()
+        };
+        assert!(!has_repeated_ids(&[document("a"), document("b")]));
+        assert!(has_repeated_ids(&[
+            document("a"),
+            document("b"),
+            document("a")
+        ]));
     }
 
     #[test]

@@ -42,9 +42,12 @@ impl Engine {
         let sentenced = self
             .pool
             .run(move || {
+                use rayon::prelude::*;
                 let tokenizer = &sectioned_collection.extra.tokenizer;
+                // Side by side when the pool has nothing else to do (see `cpu_pool::may_fan_out`).
                 documents
-                    .into_iter()
+                    .into_par_iter()
+                    .with_min_len(crate::cpu_pool::min_split_len())
                     .map(|document| {
                         let sectioned = section::section(document, limits, tokenizer)?;
                         Ok(sentences::sentences(sectioned))

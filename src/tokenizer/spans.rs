@@ -284,7 +284,7 @@ fn longest_run_bytes(text: &str) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use proptest::prelude::*;
 
     use super::*;
@@ -378,7 +378,7 @@ mod tests {
     /// Text made to stress cuts: ASCII words, digits and punctuation beside every kind of
     /// whitespace Rust, BERT and tiktoken disagree on, control and format chars, combining marks,
     /// CJK, Greek capitals (final sigma), emoji, contractions, line breaks and added tokens.
-    fn tricky_text() -> impl Strategy<Value = String> {
+    pub(in crate::tokenizer) fn tricky_text() -> impl Strategy<Value = String> {
         prop::collection::vec(
             prop_oneof![
                 6 => "[a-zA-Z]{1,9}",
@@ -404,7 +404,7 @@ mod tests {
     }
 
     /// Short texts over a small alphabet, so that every pair of neighbours (cut or not) occurs.
-    fn dense_text() -> impl Strategy<Value = String> {
+    pub(in crate::tokenizer) fn dense_text() -> impl Strategy<Value = String> {
         prop::collection::vec(
             prop::sample::select(vec![
                 "a", "Z", "7", ".", ",", "'", "-", "(", " ", " ", "\n", "\t", "\r", "\u{b}",
