@@ -232,15 +232,25 @@ impl LoadedTokenizer {
         input: &str,
         tokens: &mut dyn FnMut(usize, usize, u32),
     ) -> tokenizers::Result<()> {
-        if let Some(words) = &self.words {
-            return words.encode(&self.tokenizer, input, tokens);
+        match &self.words {
+            Some(words) => words.encode(&self.tokenizer, input, tokens),
+            None => encode_plain(&self.tokenizer, input, tokens),
         }
-        let encoding = self.tokenizer.encode(input, false)?;
-        for (&(start, end), &id) in encoding.get_offsets().iter().zip(encoding.get_ids()) {
-            tokens(start, end, id);
-        }
-        Ok(())
     }
+}
+
+/// Calls `tokens(start, end, id)` for each token of `tokenizer.encode(input, false)`, in order,
+/// byte offsets in `input` (`encode`, unlike `encode_fast`, tracks them).
+fn encode_plain(
+    tokenizer: &Tokenizer,
+    input: &str,
+    tokens: &mut dyn FnMut(usize, usize, u32),
+) -> tokenizers::Result<()> {
+    let encoding = tokenizer.encode(input, false)?;
+    for (&(start, end), &id) in encoding.get_offsets().iter().zip(encoding.get_ids()) {
+        tokens(start, end, id);
+    }
+    Ok(())
 }
 
 /// Cuts `text` into tokenizer calls that cover it in order, and calls `call(ranges)` for each,
@@ -478,15 +488,10 @@ pub fn encode_in_calls(
             text,
             ranges,
             &mut memo,
-            |input, tokens| match tokenizer.encode(input, false) {
-                Ok(encoding) => {
-                    for (&(start, end), &id) in
-                        encoding.get_offsets().iter().zip(encoding.get_ids())
-                    {
-                        tokens(start, end, id);
-                    }
+            |input, tokens| {
+                if let Err(error) = encode_plain(tokenizer, input, tokens) {
+                    failure = Some(error);
                 }
-                Err(error) => failure = Some(error),
             },
             &mut |start, end, id| {
                 ids.push(id);

@@ -746,18 +746,8 @@ async fn lathe_ingest_refuses_a_lone_surrogate_naming_the_line_and_ingests_nothi
             "{\"id\":\"nul\\u0000id\",\"text\":\"Veneer\\u0000saws and \\ufffd glue.\",\"metadata\":{\"k\\u0000\":\"v\"}}\n",
         )
         .unwrap();
-        let ingest = |path: std::path::PathBuf, collection: &str| {
-            let address = server.address.to_string();
-            let collection = collection.to_string();
-            tokio::task::spawn_blocking(move || {
-                std::process::Command::new(env!("CARGO_BIN_EXE_lathe"))
-                    .args(["ingest", "--collection", &collection, "--addr", &address])
-                    .arg(path)
-                    .output()
-                    .expect("run lathe ingest")
-            })
-        };
-        let output = ingest(bad.clone(), "jsonl").await.unwrap();
+        let ingest = |path| common::binary::lathe_ingest(server.address, "jsonl", &[], path);
+        let output = ingest(bad.clone()).await;
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{stderr}");
         assert!(
@@ -774,7 +764,7 @@ async fn lathe_ingest_refuses_a_lone_surrogate_naming_the_line_and_ingests_nothi
         assert_eq!(status.code(), Code::NotFound, "{status:?}");
 
         // NUL escapes are valid JSON and valid protobuf strings: ingested.
-        let output = ingest(good, "jsonl").await.unwrap();
+        let output = ingest(good).await;
         assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
         let response = retrieve(&mut client, retrieve_request("jsonl", "veneer glue", 100)).await;
         assert_eq!(response.chunks[0].doc_id, "nul\u{0}id");

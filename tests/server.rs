@@ -703,25 +703,16 @@ async fn lathe_ingest_in_flight_batches_store_everything_and_the_last_version_wi
             )
             .unwrap();
         }
-        let ingest = |path: std::path::PathBuf| {
-            let address = server.address.to_string();
-            tokio::task::spawn_blocking(move || {
-                std::process::Command::new(env!("CARGO_BIN_EXE_lathe"))
-                    .args(["ingest", "--collection", "shop", "--addr", &address])
-                    .args([
-                        "--batch",
-                        "2",
-                        "--first-batch-bytes",
-                        "1",
-                        "--in-flight",
-                        "2",
-                    ])
-                    .arg(path)
-                    .output()
-                    .expect("run lathe ingest")
-            })
-        };
-        let output = ingest(corpus.clone()).await.unwrap();
+        const BATCHES: &[&str] = &[
+            "--batch",
+            "2",
+            "--first-batch-bytes",
+            "1",
+            "--in-flight",
+            "2",
+        ];
+        let ingest = |path| common::binary::lathe_ingest(server.address, "shop", BATCHES, path);
+        let output = ingest(corpus.clone()).await;
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{stderr}");
         assert!(!stderr.contains("repeat"), "{stderr}");
@@ -741,7 +732,7 @@ async fn lathe_ingest_in_flight_batches_store_everything_and_the_last_version_wi
             assert_eq!(response.chunks[0].doc_id, format!("doc{i:02}.md"));
         }
         // Run again (a resume): the same documents, still once each.
-        assert!(ingest(corpus).await.unwrap().status.success());
+        assert!(ingest(corpus).await.status.success());
         let stats = collection_stats(&mut client, "shop").await;
         assert_eq!((stats.documents, stats.sections), (24, 24));
 
@@ -755,7 +746,7 @@ async fn lathe_ingest_in_flight_batches_store_everything_and_the_last_version_wi
             }
         }
         std::fs::write(&repeated, lines).unwrap();
-        let output = ingest(repeated).await.unwrap();
+        let output = ingest(repeated).await;
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{stderr}");
         assert!(stderr.contains("ids repeat"), "{stderr}");

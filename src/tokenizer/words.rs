@@ -9,8 +9,8 @@
 //! doc), and a run of ASCII whitespace with a printable ASCII char (or the input's edge) on both
 //! sides is two cuts with no token between them. So the tokens of an input are those of its
 //! *words*, the text between such runs, each tokenized alone and shifted to where it lies. Words
-//! repeat: a word's tokens are computed once per thread with the tokenizer's own `encode` and
-//! remembered. The words not yet known are encoded together in one call, joined by single spaces
+//! repeat: a word's tokens are computed once with the tokenizer's own `encode` and remembered,
+//! in a memory shared by every collection and thread using that tokenizer file. The words not yet known are encoded together in one call, joined by single spaces
 //! (cuts again), so text of unseen words costs about one `encode` of it, as before.
 
 use std::hash::BuildHasher;
@@ -96,7 +96,7 @@ impl WordMemo {
             }
         }
         let Some(fresh) = encode_together(tokenizer, input, &unknown)? else {
-            return encode_whole(tokenizer, input, tokens);
+            return super::encode_plain(tokenizer, input, tokens);
         };
         for &(start, end, id) in &slots {
             if start != UNKNOWN {
@@ -135,49 +135,36 @@ impl WordMemo {
 type WordTokens = Vec<(usize, usize, u32)>;
 
 /// The tokens of each of `unknown` (ranges of `input`; offsets in the word), from one `encode`
-/// of them joined by single spaces; `None` if a token crossed a joining space (never under the
-/// rule).
+/// of them joined by single spaces ([`super::tokenize_call`]); `None` if a token reached past
+/// its word (never under the rule).
 fn encode_together(
     tokenizer: &Tokenizer,
     input: &str,
     unknown: &[Range<usize>],
 ) -> tokenizers::Result<Option<Vec<WordTokens>>> {
     let mut per_word = vec![Vec::new(); unknown.len()];
-    if unknown.is_empty() {
-        return Ok(Some(per_word));
+    let (mut failure, mut crossed) = (None, false);
+    super::tokenize_call(
+        input,
+        unknown,
+        &mut super::CallMemo::default(),
+        |joined, tokens| {
+            if let Err(error) = super::encode_plain(tokenizer, joined, tokens) {
+                failure = Some(error);
+            }
+        },
+        &mut |start, end, id| {
+            let at = unknown.partition_point(|word| word.start <= start).max(1) - 1;
+            let word = &unknown[at];
+            crossed |= end > word.end;
+            per_word[at].push((start - word.start, end - word.start, id));
+        },
+    );
+    if let Some(error) = failure {
+        return Err(error);
     }
-    let mut joined = String::with_capacity(unknown.iter().map(|r| r.len() + 1).sum());
-    let mut starts = Vec::with_capacity(unknown.len());
-    for range in unknown {
-        if !joined.is_empty() {
-            joined.push(' ');
-        }
-        starts.push(joined.len());
-        joined.push_str(&input[range.clone()]);
-    }
-    let encoding = tokenizer.encode(joined.as_str(), false)?;
-    for (&(start, end), &id) in encoding.get_offsets().iter().zip(encoding.get_ids()) {
-        let at = starts.partition_point(|&s| s <= start).max(1) - 1;
-        let word_start = starts[at];
-        if end > word_start + unknown[at].len() {
-            debug_assert!(false, "a token crosses a joining space in {joined:?}");
-            return Ok(None);
-        }
-        per_word[at].push((start - word_start, end - word_start, id));
-    }
-    Ok(Some(per_word))
-}
-
-fn encode_whole(
-    tokenizer: &Tokenizer,
-    input: &str,
-    tokens: &mut dyn FnMut(usize, usize, u32),
-) -> tokenizers::Result<()> {
-    let encoding = tokenizer.encode(input, false)?;
-    for (&(start, end), &id) in encoding.get_offsets().iter().zip(encoding.get_ids()) {
-        tokens(start, end, id);
-    }
-    Ok(())
+    debug_assert!(!crossed, "a token crosses a joining space in {unknown:?}");
+    Ok((!crossed).then_some(per_word))
 }
 
 /// The words of `input`: the non-empty stretches between runs of ASCII whitespace (space, tab,
@@ -243,7 +230,7 @@ mod tests {
 
     fn whole(tokenizer: &Tokenizer, input: &str) -> Vec<(usize, usize, u32)> {
         let mut tokens = Vec::new();
-        encode_whole(tokenizer, input, &mut |start, end, id| {
+        super::super::encode_plain(tokenizer, input, &mut |start, end, id| {
             tokens.push((start, end, id))
         })
         .unwrap();

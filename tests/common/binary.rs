@@ -37,6 +37,28 @@ pub fn lathe_binary() -> std::path::PathBuf {
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_lathe")))
 }
 
+/// Runs `lathe ingest --collection COLLECTION --addr ADDRESS EXTRA... PATH` to its end, on a
+/// blocking thread.
+pub async fn lathe_ingest(
+    address: impl ToString,
+    collection: &str,
+    extra: &[&str],
+    path: std::path::PathBuf,
+) -> std::process::Output {
+    let (address, collection) = (address.to_string(), collection.to_string());
+    let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        Command::new(lathe_binary())
+            .args(["ingest", "--collection", &collection, "--addr", &address])
+            .args(extra)
+            .arg(path)
+            .output()
+            .expect("run lathe ingest")
+    })
+    .await
+    .expect("the ingest thread")
+}
+
 /// A `lathe serve` process that may or may not get to serving.
 pub struct Spawned {
     pub child: Child,
