@@ -19,7 +19,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::Arc;
 
@@ -74,26 +73,15 @@ fn load() -> Workload {
         BudgetTokenizer::resolve("minilm", &models).expect("MiniLM tokenizer in models/");
     let dataset = Dataset::load(&squad).expect("squad-a dataset");
 
-    // Paragraph texts, and document frequencies of analysed terms over all paragraphs (BM25 idf
-    // over sections, as the index computes it).
+    // Paragraph texts (chunk BM25 takes its idf over each query's candidates).
     let mut paragraphs: Vec<Vec<String>> = Vec::new();
-    let mut document_frequency: HashMap<u64, u32> = HashMap::new();
     for document in &dataset.documents {
         let texts: Vec<String> = section_texts(document)
             .into_iter()
             .map(|(_, text)| text)
             .collect();
-        for text in &texts {
-            let mut terms = analysed_terms(text);
-            terms.sort_unstable();
-            terms.dedup();
-            for term in terms {
-                *document_frequency.entry(term).or_default() += 1;
-            }
-        }
         paragraphs.push(texts);
     }
-    let total_sections: usize = paragraphs.iter().map(Vec::len).sum();
 
     let mut queries = Vec::new();
     for query in dataset.queries.iter().step_by(300).take(QUERIES) {
@@ -123,14 +111,7 @@ fn load() -> Workload {
         let mut hashes = analysed_terms(&query.question);
         hashes.sort_unstable();
         hashes.dedup();
-        let idf = hashes
-            .iter()
-            .map(|h| {
-                let df = document_frequency.get(h).copied().unwrap_or(0) as f32;
-                (1.0 + (total_sections as f32 - df + 0.5) / (df + 0.5)).ln()
-            })
-            .collect();
-        queries.push((hits, QueryTerms { hashes, idf }));
+        queries.push((hits, QueryTerms { hashes }));
     }
     Workload { tokenizer, queries }
 }

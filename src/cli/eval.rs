@@ -52,7 +52,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub no_defaults: bool,
     /// Lathe chunking strategies, comma-separated (fixed, sentence, recursive, structure, auto,
-    /// semantic).
+    /// semantic); `--strategies ""` runs none, e.g. to measure only the defaults.
     #[arg(long, value_delimiter = ',', default_value = "sentence,fixed")]
     pub strategies: Vec<String>,
     /// Largest chunk in tokens; several values (comma-separated) run each strategy at each size.
@@ -363,7 +363,7 @@ fn lathe_systems(args: &EvalArgs) -> anyhow::Result<Vec<System>> {
         });
     }
     for &max_tokens in &args.max_tokens {
-        for name in &args.strategies {
+        for name in args.strategies.iter().filter(|name| !name.is_empty()) {
             systems.push(System {
                 label: format!("{name}/{max_tokens}"),
                 kind: SystemKind::Lathe {

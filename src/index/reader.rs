@@ -358,21 +358,6 @@ impl CollectionIndex {
         }
     }
 
-    /// `ln(1 + (N - n + 0.5) / (n + 0.5))` of each term over section text, as tantivy's BM25 has it.
-    pub fn idf(&self, snapshot: &Snapshot, terms: &[String]) -> Result<Vec<f32>> {
-        let total = snapshot.searcher.num_docs() as f32;
-        terms
-            .iter()
-            .map(|term| {
-                let n = snapshot
-                    .searcher
-                    .doc_freq(&Term::from_field_text(self.fields.text, term))?
-                    as f32;
-                Ok((1.0 + (total - n + 0.5) / (n + 0.5)).ln())
-            })
-            .collect()
-    }
-
     pub fn stats(&self) -> Result<CollectionStats> {
         let snapshot = self.snapshot();
         let searcher = &snapshot.searcher;
@@ -646,10 +631,5 @@ mod tests {
         );
         assert_eq!(stats.generation, snapshot.generation);
         assert!(stats.dense.is_none());
-        // BM25's idf over the 4 sections: `hazard` is in 3, `harbour` in 1.
-        let idf = index.idf(&snapshot, &terms).unwrap();
-        let expected = |n: f32| (1.0 + (4.0 - n + 0.5) / (n + 0.5)).ln();
-        assert!((idf[0] - expected(3.0)).abs() < 1e-6, "{idf:?}");
-        assert!((idf[2] - expected(1.0)).abs() < 1e-6, "{idf:?}");
     }
 }

@@ -1,5 +1,5 @@
 //! The embed stage: the query's only model pass (its vector, when the collection has a dense
-//! index and the server a model) and its analysed terms with their idf over the snapshot. The
+//! index and the server a model) and its analysed terms. The
 //! vector depends only on the model and the normalised query text, so it is cached by those: the
 //! same question asked at another budget, or with other options, skips the model.
 
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::{term_hash, EmbeddedQuery, QueryTerms};
 use crate::embed::Embedder;
 use crate::error::{LatheError, Result};
-use crate::index::{CollectionIndex, Snapshot};
+use crate::index::CollectionIndex;
 use crate::types::QueryVectorSource;
 
 /// The query-vector cache's key: the model that embeds queries and the query text as the edge
@@ -36,7 +36,6 @@ pub fn embed(
     model: Option<QueryModel<'_>>,
     vectors: &QueryVectorCache,
     index: &CollectionIndex,
-    snapshot: &Snapshot,
 ) -> Result<(EmbeddedQuery, QueryVectorSource)> {
     let (vector, source) = match model {
         Some(model) if index.has_dense() => {
@@ -48,7 +47,6 @@ pub fn embed(
     let terms = index.query_terms(query);
     let scoring_terms = QueryTerms {
         hashes: terms.iter().map(|term| term_hash(term)).collect(),
-        idf: index.idf(snapshot, &terms)?,
     };
     let embedded = EmbeddedQuery {
         vector,

@@ -5,7 +5,7 @@
 //! RetrieveQuery
 //!   └─ validate::validate_query     → (checked)         the query's own limits
 //!   └─ validate::resolve_chunking   → ChunkOptions      request, then collection, then server defaults
-//!   └─ embed::embed                 → EmbeddedQuery     query vector (one model pass), terms and idf
+//!   └─ embed::embed                 → EmbeddedQuery     query vector (one model pass) and terms
 //!   └─ coarse::retrieve             → Vec<SectionHit>   top-k sections: BM25 (+ dense, fused)
 //!   └─ analyze::analyze             → Vec<Arc<SectionAnalysis>>  one tokenization per section (cached)
 //!   └─ rechunk::rechunk             → Vec<Candidate>    fine chunks cut on token offsets
@@ -52,11 +52,11 @@ pub struct EmbeddedQuery {
     pub scoring_terms: QueryTerms,
 }
 
-/// Analysed query terms and their inverse document frequencies over the collection's sections.
+/// Analysed query terms, as hashes of the terms chunk scoring compares (their idf is taken over
+/// each query's candidates: `score::candidate_idf`).
 #[derive(Clone, Debug, Default)]
 pub struct QueryTerms {
     pub hashes: Vec<u64>,
-    pub idf: Vec<f32>,
 }
 
 /// What a section's single analysis pass produces.

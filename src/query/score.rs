@@ -40,8 +40,9 @@ pub fn score(
     });
 }
 
-/// Each candidate's BM25 over its own text, its section's coarse score relative to the best
-/// section's, and its cosine to the query vector (0 without one).
+/// Each candidate's BM25 over its own text (idf over the candidates: [`candidate_idf`]), its
+/// section's coarse score relative to the best section's, and its cosine to the query vector (0
+/// without one).
 fn raw_signals(
     candidates: &mut [Candidate],
     hits: &[SectionHit],
@@ -54,35 +55,30 @@ fn raw_signals(
         (lengths.iter().map(|&l| l as f32).sum::<f32>() / lengths.len() as f32).max(1.0);
     let max_section_score = hits.iter().map(|hit| hit.score).fold(0.0f32, f32::max);
 
-    // Query-term occurrences per section, found once and reused by all of its chunks.
+    // Query-term occurrences per section, found once and reused by all of its chunks; each
+    // candidate's term frequencies, one row of `terms` per candidate.
+    let terms = query.hashes.len().max(1);
     let mut matches: Vec<(u32, u16)> = Vec::new();
-    let mut term_frequencies = vec![0u32; query.hashes.len()];
+    let mut frequencies = vec![0u32; candidates.len() * terms];
     let mut current_section = u32::MAX;
     let mut dense = DenseScorer::new(query_vector);
-    for (candidate, &length) in candidates.iter_mut().zip(&lengths) {
+    for (candidate, tf) in candidates
+        .iter_mut()
+        .zip(frequencies.chunks_exact_mut(terms))
+    {
         if candidate.hit_index != current_section {
             current_section = candidate.hit_index;
             query_matches(&analyses[current_section as usize], query, &mut matches);
             dense.enter_section(&hits[current_section as usize]);
         }
         candidate.parts.dense = dense.similarity(candidate.start, candidate.end);
-        term_frequencies.iter_mut().for_each(|tf| *tf = 0);
         let first = matches.partition_point(|&(offset, _)| offset < candidate.start);
         for &(offset, term) in &matches[first..] {
             if offset >= candidate.end {
                 break;
             }
-            term_frequencies[term as usize] += 1;
+            tf[term as usize] += 1;
         }
-        let length_norm = 1.0 - BM25_B + BM25_B * length as f32 / average_length;
-        candidate.parts.bm25 = term_frequencies
-            .iter()
-            .zip(&query.idf)
-            .filter(|(&tf, _)| tf > 0)
-            .map(|(&tf, &idf)| {
-                idf * tf as f32 * (BM25_K1 + 1.0) / (tf as f32 + BM25_K1 * length_norm)
-            })
-            .sum();
         let section_score = hits
             .get(candidate.hit_index as usize)
             .map_or(0.0, |hit: &SectionHit| hit.score);
@@ -92,6 +88,41 @@ fn raw_signals(
             0.0
         };
     }
+    let idf = candidate_idf(&frequencies, terms);
+    for ((candidate, &length), tf) in candidates
+        .iter_mut()
+        .zip(&lengths)
+        .zip(frequencies.chunks_exact(terms))
+    {
+        let length_norm = 1.0 - BM25_B + BM25_B * length as f32 / average_length;
+        candidate.parts.bm25 = tf
+            .iter()
+            .zip(&idf)
+            .filter(|(&tf, _)| tf > 0)
+            .map(|(&tf, &idf)| {
+                idf * tf as f32 * (BM25_K1 + 1.0) / (tf as f32 + BM25_K1 * length_norm)
+            })
+            .sum();
+    }
+}
+
+/// BM25's idf of each query term over this query's candidates, `ln(1 + (N - n + 0.5) / (n +
+/// 0.5))` with N the candidates and n those holding the term (`frequencies`: one row of `terms`
+/// per candidate). The coarse stage already ranked sections with the collection's idf; among the
+/// chunks it kept, a term most of them hold (the topic's own words, which brought them here)
+/// tells them apart little, and the words only a few hold are what a question asks about.
+fn candidate_idf(frequencies: &[u32], terms: usize) -> Vec<f32> {
+    let mut holding = vec![0u32; terms];
+    for tf in frequencies.chunks_exact(terms) {
+        for (n, &f) in holding.iter_mut().zip(tf) {
+            *n += u32::from(f > 0);
+        }
+    }
+    let total = (frequencies.len() / terms) as f32;
+    holding
+        .iter()
+        .map(|&n| (1.0 + (total - n as f32 + 0.5) / (n as f32 + 0.5)).ln())
+        .collect()
 }
 
 /// Normalises BM25 and dense over this query's candidates and weighs the signals into a score.
@@ -302,7 +333,6 @@ mod tests {
         ];
         let query = QueryTerms {
             hashes: vec![term_hash("revenu"), term_hash("grew")],
-            idf: vec![2.0, 1.0],
         };
         score(&mut candidates, &hits, &analyses, &query, None, WEIGHTS);
         assert_eq!((candidates[0].start, candidates[0].end), (18, 59));
@@ -322,10 +352,36 @@ mod tests {
         let mut candidates = vec![candidate(0, 0, 10), candidate(1, 0, 10)];
         let query = QueryTerms {
             hashes: vec![term_hash("alpha")],
-            idf: vec![1.0],
         };
         score(&mut candidates, &hits, &analyses, &query, None, WEIGHTS);
         assert_eq!(candidates[0].hit_index, 1);
         assert!((candidates[1].parts.section - 0.25).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_term_every_candidate_holds_weighs_less_than_a_term_one_holds() {
+        // `bowl` brought every chunk here; only one says anything about pylons.
+        let text = "Bowl bowl bowl games. The bowl pylon cameras were new. Bowl tickets sold.";
+        let hits = vec![hit(1.0, text)];
+        let analyses = vec![analysis(text)];
+        let mut candidates = vec![
+            candidate(0, 0, 21),
+            candidate(0, 22, 54),
+            candidate(0, 55, 73),
+        ];
+        let query = QueryTerms {
+            hashes: vec![term_hash("bowl"), term_hash("pylon")],
+        };
+        score(&mut candidates, &hits, &analyses, &query, None, WEIGHTS);
+        assert_eq!((candidates[0].start, candidates[0].end), (22, 54));
+
+        // The idf itself: N = 3 candidates; `bowl` in all 3, `pylon` in 1, a third term in none.
+        let frequencies = [3, 0, 0, 1, 1, 0, 1, 0, 0];
+        let idf = candidate_idf(&frequencies, 3);
+        let expected = |n: f32| (1.0 + (3.0 - n + 0.5) / (n + 0.5)).ln();
+        for (got, n) in idf.iter().zip([3.0, 1.0, 0.0]) {
+            assert!((got - expected(n)).abs() < 1e-6, "{idf:?}");
+        }
+        assert!(idf[0] < idf[1] && idf[1] < idf[2]);
     }
 }

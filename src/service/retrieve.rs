@@ -187,7 +187,7 @@ fn run_query_stages(
             name: settings.model_name,
         });
     let vectors = &caches.query_vectors;
-    let (embedded, vector_source) = embed::embed(&query.query, model, vectors, index, snapshot)?;
+    let (embedded, vector_source) = embed::embed(&query.query, model, vectors, index)?;
     timer.lap("embed");
 
     let query_vector = embedded.vector.as_deref();
