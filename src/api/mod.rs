@@ -324,7 +324,11 @@ async fn spawn_metrics_server(
             }
         }),
     );
-    tracing::info!(address, "metrics serving");
+    // The bound address (a port of 0 in the config is chosen here).
+    let bound = listener
+        .local_addr()
+        .map_or_else(|_| address.to_string(), |bound| bound.to_string());
+    tracing::info!(address = %bound, "metrics serving");
     tokio::spawn(async move {
         let stopped = async move {
             let _ = stop.wait_for(|stopped| *stopped).await;

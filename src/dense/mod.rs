@@ -148,6 +148,8 @@ pub struct DenseIndexConfig {
     /// Share of dead slots past which a sealed segment is rebuilt (and
     /// [`DenseIndex::needs_rebuild`] turns true).
     pub rebuild_dead_share: f32,
+    /// Sealed segments [`DenseIndex::load`] loads at once (0: one per core).
+    pub load_threads: usize,
 }
 
 impl DenseIndexConfig {
@@ -160,6 +162,7 @@ impl DenseIndexConfig {
             max_layer: 16,
             seal_vectors: 20_000,
             rebuild_dead_share: 0.25,
+            load_threads: 0,
         }
     }
 }
@@ -301,39 +304,29 @@ impl DenseIndex {
         config: DenseIndexConfig,
         live_keys: &HashSet<u64>,
     ) -> Result<(Self, Vec<u64>), DenseError> {
+        Ok(Self::load(dir, config)?.open(live_keys))
+    }
+
+    /// The first half of [`DenseIndex::open`], which needs no live keys (so it can run while
+    /// the caller opens the store that has them): reads the manifest, loads and verifies every
+    /// segment it lists, side by side, and drops (and unlists) the damaged ones.
+    pub fn load(dir: &Path, config: DenseIndexConfig) -> Result<LoadedIndex, DenseError> {
+        let started = Instant::now();
         validate(&config)?;
         std::fs::create_dir_all(dir).map_err(|error| DenseError::io(dir, error))?;
         let (listed, manifest_damaged) = read_listed_manifest(dir, config.dim);
         persist::remove_unlisted(dir, &listed);
-        let loaded = load_listed_segments(dir, &listed, config.dim);
-        if loaded.kept != listed {
-            persist::write_manifest(dir, &loaded.kept)?;
+        let segments = load_listed_segments(dir, &listed, config.dim, config.load_threads);
+        if segments.kept != listed {
+            persist::write_manifest(dir, &segments.kept)?;
         }
-        let locations = mark_live_keys(&loaded.segments, live_keys);
-        let missing: Vec<u64> = live_keys
-            .iter()
-            .filter(|key| !locations.contains_key(key))
-            .copied()
-            .collect();
-        let loaded_count = loaded.segments.len() as u64;
-        let damaged = manifest_damaged + loaded.damaged;
-        let index = Self::assemble(
+        Ok(LoadedIndex {
+            dir: dir.to_path_buf(),
             config,
-            Some(dir.to_path_buf()),
-            loaded.segments,
-            locations,
-            loaded.kept,
-            loaded.next_segment_id,
-        );
-        index
-            .counters
-            .loaded_segments
-            .store(loaded_count, Ordering::Relaxed);
-        index
-            .counters
-            .damaged_segments
-            .store(damaged, Ordering::Relaxed);
-        Ok((index, missing))
+            segments,
+            manifest_damaged,
+            took: started.elapsed(),
+        })
     }
 
     fn assemble(
@@ -927,6 +920,63 @@ fn read_listed_manifest(dir: &Path, dim: usize) -> (Manifest, u64) {
     }
 }
 
+/// Sealed segments loaded by [`DenseIndex::load`], every slot still dead.
+pub struct LoadedIndex {
+    dir: PathBuf,
+    config: DenseIndexConfig,
+    segments: LoadedSegments,
+    manifest_damaged: u64,
+    took: std::time::Duration,
+}
+
+impl LoadedIndex {
+    /// How long [`DenseIndex::load`] took.
+    pub fn took(&self) -> std::time::Duration {
+        self.took
+    }
+
+    pub fn dim(&self) -> usize {
+        self.config.dim
+    }
+
+    /// The second half of [`DenseIndex::open`]: marks live the slots of `live_keys` and returns
+    /// the index with the live keys found in no segment.
+    pub fn open(self, live_keys: &HashSet<u64>) -> (DenseIndex, Vec<u64>) {
+        let Self {
+            dir,
+            config,
+            segments: loaded,
+            manifest_damaged,
+            took: _,
+        } = self;
+        let locations = mark_live_keys(&loaded.segments, live_keys);
+        let missing: Vec<u64> = live_keys
+            .iter()
+            .filter(|key| !locations.contains_key(key))
+            .copied()
+            .collect();
+        let loaded_count = loaded.segments.len() as u64;
+        let damaged = manifest_damaged + loaded.damaged;
+        let index = DenseIndex::assemble(
+            config,
+            Some(dir),
+            loaded.segments,
+            locations,
+            loaded.kept,
+            loaded.next_segment_id,
+        );
+        index
+            .counters
+            .loaded_segments
+            .store(loaded_count, Ordering::Relaxed);
+        index
+            .counters
+            .damaged_segments
+            .store(damaged, Ordering::Relaxed);
+        (index, missing)
+    }
+}
+
 /// The segments a manifest lists that loaded, the manifest of just those, the next free
 /// segment id and how many were damaged.
 struct LoadedSegments {
@@ -936,8 +986,14 @@ struct LoadedSegments {
     damaged: u64,
 }
 
-/// Loads every segment `listed` names; a damaged one is logged, its files removed and left out.
-fn load_listed_segments(dir: &Path, listed: &Manifest, dim: usize) -> LoadedSegments {
+/// Loads every segment `listed` names, `threads` at once (0: one per core); a damaged one is
+/// logged, its files removed and left out.
+fn load_listed_segments(
+    dir: &Path,
+    listed: &Manifest,
+    dim: usize,
+    threads: usize,
+) -> LoadedSegments {
     let mut loaded = LoadedSegments {
         segments: Vec::new(),
         kept: Manifest {
@@ -948,9 +1004,37 @@ fn load_listed_segments(dir: &Path, listed: &Manifest, dim: usize) -> LoadedSegm
         next_segment_id: 0,
         damaged: 0,
     };
-    for entry in &listed.segments {
+    // Each load is one thread reading and verifying its files, then rebuilding the graph's
+    // structures from them.
+    let load = |entry: &SegmentEntry| persist::load_segment(dir, entry, dim);
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        threads => threads,
+    }
+    .min(listed.segments.len());
+    let pool = (threads > 1)
+        .then(|| rayon::ThreadPoolBuilder::new().num_threads(threads).build())
+        .and_then(|built| {
+            built
+                .inspect_err(
+                    |error| tracing::warn!(%error, "loading the dense segments one at a time"),
+                )
+                .ok()
+        });
+    let results: Vec<Result<Segment, DenseError>> = match pool {
+        Some(pool) => pool.install(|| {
+            listed
+                .segments
+                .par_iter()
+                .with_max_len(1)
+                .map(load)
+                .collect()
+        }),
+        None => listed.segments.iter().map(load).collect(),
+    };
+    for (entry, result) in listed.segments.iter().zip(results) {
         loaded.next_segment_id = loaded.next_segment_id.max(entry.id + 1);
-        match persist::load_segment(dir, entry, dim) {
+        match result {
             Ok(segment) => {
                 loaded.segments.push(Arc::new(segment));
                 loaded.kept.segments.push(entry.clone());
@@ -1182,6 +1266,37 @@ mod tests {
         let mut config = DenseIndexConfig::new(dim);
         config.seal_vectors = seal;
         DenseIndex::open(dir, config, &live.collect()).expect("opens")
+    }
+
+    #[test]
+    fn segments_loaded_side_by_side_open_the_index_loaded_one_at_a_time() {
+        let vectors = random_vectors(700, 16, 11);
+        let dir = tempfile::tempdir().unwrap();
+        let index = persisted_index(dir.path(), &vectors, 100);
+        index.seal();
+        drop(index);
+        let live: HashSet<u64> = (0..700u64).filter(|id| id % 3 != 0).collect();
+        let open = |threads: usize| {
+            let mut config = DenseIndexConfig::new(16);
+            config.seal_vectors = 100;
+            config.load_threads = threads;
+            DenseIndex::open(dir.path(), config, &live).expect("opens")
+        };
+        let (one_at_a_time, missing) = open(1);
+        assert!(missing.is_empty());
+        assert_eq!(one_at_a_time.sealed_segments().len(), 7);
+        for threads in [0, 3, 64] {
+            let (side_by_side, missing) = open(threads);
+            assert!(missing.is_empty(), "{threads} threads");
+            assert_eq!(side_by_side.len(), live.len(), "{threads} threads");
+            for query in &vectors[..20] {
+                assert_eq!(
+                    side_by_side.search(query, 10, &|_| true).unwrap(),
+                    one_at_a_time.search(query, 10, &|_| true).unwrap(),
+                    "{threads} threads"
+                );
+            }
+        }
     }
 
     fn ids_of(hits: &[(u64, f32)]) -> Vec<u64> {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::dense::{DenseCounters, DenseIndexConfig};
+use crate::dense::{DenseCounters, DenseIndex, DenseIndexConfig};
 use std::time::{Duration, Instant};
 
 use tantivy::{Index, IndexReader, ReloadPolicy};
@@ -107,8 +107,26 @@ impl CollectionIndex {
         let (schema, fields) = schema::build_schema();
         std::fs::create_dir_all(path).map_err(|e| storage::io_write_error(name, path, &e))?;
         let integrity = Integrity::opening(name);
-        let index = open_verified_index(path, name, schema, &integrity)?;
-        let reader = open_verified_reader(&index, name, &integrity)?;
+        let dense_dir = dense_dir(path);
+        // The dense segments load while tantivy's files are verified: neither reads the other's;
+        // they are checked against each other once both are open (`open_dense_index`).
+        let (opened, dense) = std::thread::scope(|scope| {
+            let loading = dense.map(|config| {
+                let dense_dir = &dense_dir;
+                scope.spawn(move || DenseIndex::load(dense_dir, config))
+            });
+            let opened = open_verified_index(path, name, schema, &integrity).and_then(|index| {
+                let reader = open_verified_reader(&index, name, &integrity)?;
+                Ok((index, reader))
+            });
+            let dense = loading.map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            });
+            (opened, dense)
+        });
+        let (index, reader) = opened?;
         integrity.opened();
         let metas = index.load_metas()?;
         let generation = metas.opstamp;
@@ -118,13 +136,16 @@ impl CollectionIndex {
         let first_snapshot = Snapshot::new(reader.searcher(), generation);
         let dense = match dense {
             None => None,
-            Some(config) => Some(Arc::new(open_dense_index(
-                &first_snapshot,
-                &fields,
-                config,
-                &dense_dir(path),
-                &integrity,
-            )?)),
+            Some(loaded) => {
+                let loaded =
+                    loaded.map_err(|e| LatheError::internal(format!("dense index: {e}")))?;
+                Some(Arc::new(open_dense_index(
+                    &first_snapshot,
+                    &fields,
+                    loaded,
+                    &integrity,
+                )?))
+            }
         };
         let snapshot = Arc::new(RwLock::new(Arc::new(first_snapshot)));
         let commit_seqlock = Arc::new(AtomicU64::new(0));

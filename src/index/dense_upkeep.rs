@@ -16,7 +16,6 @@
 //! segments with many tombstones, or four of one size tier, are merged on a background thread.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -30,7 +29,7 @@ use super::reader::{stored_document_id, Snapshot};
 use super::records::DocumentRecord;
 use super::schema::SectionFields;
 use super::section_document::{decode_verified_section, first_vector_row};
-use crate::dense::{DenseIndex, DenseIndexConfig};
+use crate::dense::{DenseIndex, LoadedIndex};
 use crate::error::{LatheError, Result};
 
 /// A collection's dense index, shared by its readers and its writer. It needs no outer lock: see
@@ -155,14 +154,14 @@ impl DenseUpkeep {
     }
 }
 
-/// Opens the dense index kept in `dir` for the sections of `snapshot` (see the module doc). A
-/// section that fails verification while its vector is read is recorded and left out (reading
-/// its document answers DATA_LOSS anyway).
+/// Opens the dense index whose sealed segments `loaded` holds ([`DenseIndex::load`], run while
+/// tantivy's files were verified) for the sections of `snapshot` (see the module doc). A section
+/// that fails verification while its vector is read is recorded and left out (reading its
+/// document answers DATA_LOSS anyway).
 pub fn open_dense_index(
     snapshot: &Snapshot,
     fields: &SectionFields,
-    config: DenseIndexConfig,
-    dir: &Path,
+    loaded: LoadedIndex,
     integrity: &Integrity,
 ) -> Result<DenseIndex> {
     let started = Instant::now();
@@ -174,10 +173,9 @@ pub fn open_dense_index(
             live_keys.extend(keys.first(doc));
         }
     }
-    let dim = config.dim;
-    let (dense, missing) = DenseIndex::open(dir, config, &live_keys)
-        .map_err(|e| LatheError::internal(format!("dense index: {e}")))?;
-    let loaded = started.elapsed();
+    let dim = loaded.dim();
+    let load_seconds = loaded.took().as_secs_f32();
+    let (dense, missing) = loaded.open(&live_keys);
     let replayed = if missing.is_empty() {
         0
     } else {
@@ -203,8 +201,8 @@ pub fn open_dense_index(
         loaded_segments = counters.loaded_segments,
         damaged_segments = counters.damaged_segments,
         replayed,
-        load_seconds = loaded.as_secs_f32(),
-        seconds = started.elapsed().as_secs_f32(),
+        load_seconds,
+        check_seconds = started.elapsed().as_secs_f32(),
         "dense index opened"
     );
     Ok(dense)

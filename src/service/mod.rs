@@ -83,6 +83,7 @@ impl Engine {
             dense.seal_vectors = config.dense.seal_vectors;
             dense.rebuild_dead_share = config.dense.rebuild_dead_share;
             dense.ef_search = config.dense.ef_search;
+            dense.load_threads = config.dense.load_threads;
             dense
         });
         let storage = &config.storage;

@@ -62,12 +62,11 @@ pub async fn lathe_ingest(
 /// A `lathe serve` process that may or may not get to serving.
 pub struct Spawned {
     pub child: Child,
-    pub metrics_address: String,
     /// Every log line the server writes, as it writes it.
     pub log: mpsc::Receiver<String>,
 }
 
-/// Starts `lathe serve` on data_dir with the metrics endpoint on a free port, `variables` on top,
+/// Starts `lathe serve` on data_dir with the metrics endpoint on a port it chooses, `variables` on top,
 /// and waits until it serves.
 pub fn start(data_dir: &std::path::Path, variables: &[(&str, String)]) -> Server {
     start_wrapped(&[], data_dir, variables)
@@ -81,11 +80,7 @@ pub fn start_wrapped(
     data_dir: &std::path::Path,
     variables: &[(&str, String)],
 ) -> Server {
-    let Spawned {
-        child,
-        metrics_address,
-        log,
-    } = spawn_wrapped(wrapper, data_dir, variables);
+    let Spawned { child, log } = spawn_wrapped(wrapper, data_dir, variables);
     // The server logs its bound address once indexes and models are loaded.
     let mut startup_log = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -104,6 +99,13 @@ pub fn start_wrapped(
     }
     let serving = startup_log.last().expect("the serving line");
     let address = serving_address(serving).expect("address in the serving line");
+    // The metrics port is chosen by the server (port 0), so no other process can take it between
+    // a test picking it and the server binding it.
+    let metrics_address = startup_log
+        .iter()
+        .find(|line| line.contains("metrics serving"))
+        .and_then(|line| serving_address(line))
+        .unwrap_or_else(|| panic!("no metrics serving line in {startup_log:?}"));
     Server {
         child,
         address,
@@ -124,7 +126,6 @@ pub fn spawn_wrapped(
     data_dir: &std::path::Path,
     variables: &[(&str, String)],
 ) -> Spawned {
-    let metrics_address = free_local_address();
     let binary = lathe_binary();
     let mut command = match wrapper.split_first() {
         None => Command::new(&binary),
@@ -149,7 +150,7 @@ pub fn spawn_wrapped(
         .env("LATHE_LOG__FILTER", "info")
         .env("LATHE_STORAGE__WRITER_MEMORY_BYTES", "16000000")
         .env("LATHE_SERVER__CPU_THREADS", "2")
-        .env("LATHE_SERVER__METRICS_LISTEN", &metrics_address)
+        .env("LATHE_SERVER__METRICS_LISTEN", "127.0.0.1:0")
         .env("LATHE_SERVER__REQUEST_TIMEOUT_MS", "600000")
         .envs(
             variables
@@ -161,11 +162,7 @@ pub fn spawn_wrapped(
         .spawn()
         .expect("spawn lathe serve");
     let log = log_lines(child.stderr.take().unwrap());
-    Spawned {
-        child,
-        metrics_address,
-        log,
-    }
+    Spawned { child, log }
 }
 
 /// Every line `output` (a child's stderr) writes, as it writes it, read on a thread of its own.
