@@ -359,21 +359,22 @@ mod tests {
     }
 
     #[test]
-    fn a_term_every_candidate_holds_weighs_less_than_a_term_one_holds() {
-        // `bowl` brought every chunk here; only one says anything about pylons.
-        let text = "Bowl bowl bowl games. The bowl pylon cameras were new. Bowl tickets sold.";
+    fn a_term_most_candidates_hold_weighs_less_than_a_term_one_holds() {
+        // `bowl` brought these chunks here; only one says anything about pylons. With one idf
+        // for both terms the chunk repeating `bowl` would rank first.
+        let text = "Bowl bowl bowl bowl games bowl. The pylon cameras were new. Bowl tickets sold.";
         let hits = vec![hit(1.0, text)];
         let analyses = vec![analysis(text)];
         let mut candidates = vec![
-            candidate(0, 0, 21),
-            candidate(0, 22, 54),
-            candidate(0, 55, 73),
+            candidate(0, 0, 31),
+            candidate(0, 32, 59),
+            candidate(0, 60, 78),
         ];
         let query = QueryTerms {
             hashes: vec![term_hash("bowl"), term_hash("pylon")],
         };
         score(&mut candidates, &hits, &analyses, &query, None, WEIGHTS);
-        assert_eq!((candidates[0].start, candidates[0].end), (22, 54));
+        assert_eq!((candidates[0].start, candidates[0].end), (32, 59));
 
         // The idf itself: N = 3 candidates; `bowl` in all 3, `pylon` in 1, a third term in none.
         let frequencies = [3, 0, 0, 1, 1, 0, 1, 0, 0];
