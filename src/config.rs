@@ -137,7 +137,7 @@ pub struct DenseConfig {
     /// larger finds more of the exact nearest sections, at a cost growing with it.
     pub ef_search: usize,
     /// Sealed segments a collection's open loads at once (0: one per core). Side by side, a
-    /// million sections open in about 10 s instead of 16 s, and hold about 350 MiB more (the
+    /// million sections open in 9–13 s instead of 14–16 s, and hold about 350 MiB more (the
     /// loads' interleaved allocations); 1 loads them one at a time.
     pub load_threads: usize,
 }
