@@ -1012,25 +1012,24 @@ fn load_listed_segments(
         threads => threads,
     }
     .min(listed.segments.len());
-    let pool = (threads > 1)
-        .then(|| rayon::ThreadPoolBuilder::new().num_threads(threads).build())
-        .and_then(|built| {
-            built
-                .inspect_err(
-                    |error| tracing::warn!(%error, "loading the dense segments one at a time"),
-                )
-                .ok()
-        });
-    let results: Vec<Result<Segment, DenseError>> = match pool {
-        Some(pool) => pool.install(|| {
-            listed
-                .segments
-                .par_iter()
-                .with_max_len(1)
-                .map(load)
-                .collect()
-        }),
-        None => listed.segments.iter().map(load).collect(),
+    let one_at_a_time = || listed.segments.iter().map(load).collect();
+    let results: Vec<Result<Segment, DenseError>> = if threads > 1 {
+        match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+            Ok(pool) => pool.install(|| {
+                listed
+                    .segments
+                    .par_iter()
+                    .with_max_len(1)
+                    .map(load)
+                    .collect()
+            }),
+            Err(error) => {
+                tracing::warn!(%error, "loading the dense segments one at a time");
+                one_at_a_time()
+            }
+        }
+    } else {
+        one_at_a_time()
     };
     for (entry, result) in listed.segments.iter().zip(results) {
         loaded.next_segment_id = loaded.next_segment_id.max(entry.id + 1);
