@@ -18,9 +18,10 @@ use crate::tokenizer::BudgetTokenizer;
 use crate::types::ChunkSelection;
 
 /// `candidates` must be in the order they should be taken (best first). A candidate scoring
-/// under `selection.min_score` is skipped, and so is one that would start a new span in a document
-/// already holding `selection.max_chunks_per_document` spans (one that merges into a span of its
-/// section adds none). Each span is counted with what `contexts` puts before it.
+/// under `selection.min_score` is skipped, and so is one that would start a new span as a fragment
+/// of its section (fewer than [`least_new_span_tokens`] tokens) or in a document already holding
+/// `selection.max_chunks_per_document` spans (one that merges into a span of its section adds
+/// none). Each span is counted with what `contexts` puts before it.
 #[tracing::instrument(level = "debug", skip_all, fields(candidates = candidates.len(), budget))]
 pub fn pack(
     candidates: &[Candidate],
@@ -31,6 +32,8 @@ pub fn pack(
     selection: &ChunkSelection,
     contexts: &SpanContexts,
 ) -> Vec<PackedSpan> {
+    let largest = candidates.iter().map(|c| c.token_count).max().unwrap_or(0);
+    let least_new_span = least_new_span_tokens(budget, largest);
     let budget = budget as u64;
     let mut spans: Vec<PackedSpan> = Vec::new();
     let mut used: u64 = 0;
@@ -49,7 +52,10 @@ pub fn pack(
         if collect_touching(&spans, candidate, text, &mut absorbed) {
             continue;
         }
-        if absorbed.is_empty() && document_is_full(&spans, hits, candidate, selection) {
+        let fragment = candidate.token_count < least_new_span
+            && !(candidate.start == 0 && candidate.end as usize == text.len());
+        if absorbed.is_empty() && (fragment || document_is_full(&spans, hits, candidate, selection))
+        {
             continue;
         }
         let (start, end) = widen_over_touching(&spans, candidate, text, &mut absorbed);
@@ -102,6 +108,19 @@ pub fn pack(
             .then(a.start.cmp(&b.start))
     });
     spans
+}
+
+/// The fewest tokens a chunk standing alone is returned with: a new span must hold
+/// [`MIN_SPAN_TOKENS`] (less for a tiny budget or tiny chunks: [`least_new_span_tokens`]) unless
+/// it is its whole section (a short document is returned as it is). A chunk that merges into a
+/// span already taken may be smaller. What this keeps out: the head of a long sentence cut at a
+/// comma ("Moreover,"), a stray citation tail ("2013) ."), a page number.
+pub const MIN_SPAN_TOKENS: u32 = 8;
+
+/// [`MIN_SPAN_TOKENS`], or an eighth of the budget, or half the largest candidate, whichever is
+/// least: a tiny budget still takes what fits, and a caller who asks for 4-token chunks gets them.
+pub fn least_new_span_tokens(budget: u32, largest_candidate: u32) -> u32 {
+    MIN_SPAN_TOKENS.min(budget / 8).min(largest_candidate / 2)
 }
 
 /// True when the candidate's document already holds `max_chunks_per_document` packed spans.
@@ -221,6 +240,93 @@ pub(super) fn overlaps_or_touches(text: &str, a: (u32, u32), b: (u32, u32)) -> b
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fragment_is_not_packed_alone_but_joins_a_span_it_touches() {
+        use crate::query::{test_section_hit, Candidate};
+        let tokenizer = crate::tokenizer::BudgetTokenizer::resolve(
+            "minilm",
+            &crate::tokenizer::tests::models_dir(),
+        )
+        .expect("run scripts/fetch-models.sh");
+        let text = "Moreover, the study ran from January to March in four cities. See table 9";
+        let sentence_end = text.find(" See").unwrap();
+        let hits = vec![test_section_hit(1.0, text)];
+        let analyses = vec![Arc::new(SectionAnalysis {
+            tokens: tokenizer.offsets(text),
+            ..SectionAnalysis::default()
+        })];
+        let contexts = SpanContexts::for_order(crate::types::ResultOrder::Score, &hits, &tokenizer);
+        let piece = |start: usize, end: usize, score: f32| Candidate {
+            hit_index: 0,
+            start: start as u32,
+            end: end as u32,
+            token_count: analyses[0].tokens.count_within(start..end) as u32,
+            header: None,
+            strategy: crate::chunk::Strategy::Sentence,
+            score,
+            parts: Default::default(),
+        };
+        let fragment = piece(0, "Moreover,".len(), 3.0);
+        let sentence = piece("Moreover, ".len(), sentence_end, 2.0);
+        let number = piece(text.len() - 1, text.len(), 1.0);
+        let selection = ChunkSelection::default();
+        let pack_with = |candidates: &[Candidate], budget: u32| {
+            let spans = pack(
+                candidates, &hits, &analyses, budget, &tokenizer, &selection, &contexts,
+            );
+            spans
+                .iter()
+                .map(|s| (s.start as usize, s.end as usize))
+                .collect::<Vec<_>>()
+        };
+        // Beside a chunk of 11 tokens, pieces of one or two are fragments at a budget of 64: the
+        // best two are left out, though they fit, and the sentence is taken alone.
+        assert_eq!(
+            pack_with(&[fragment, number, sentence], 64),
+            vec![("Moreover, ".len(), sentence_end)]
+        );
+        // Once the sentence is taken, the fragment beside it joins it; the number stays out.
+        assert_eq!(
+            pack_with(&[sentence, fragment, number], 64),
+            vec![(0, sentence_end)]
+        );
+        // A budget of 8 takes what fits, however small (an eighth of it is 1 token).
+        assert_eq!(
+            pack_with(&[fragment, sentence], 8),
+            vec![(0, "Moreover,".len())]
+        );
+        // When every chunk is that small (a caller asked for tiny chunks), they are returned.
+        assert_eq!(pack_with(&[fragment, number], 64).len(), 2);
+        // A section of two tokens, beside that sentence, is no fragment: it is returned whole.
+        let short = "Printer jammed";
+        let both = vec![test_section_hit(1.0, text), test_section_hit(1.0, short)];
+        let both_analyses = vec![
+            analyses[0].clone(),
+            Arc::new(SectionAnalysis {
+                tokens: tokenizer.offsets(short),
+                ..SectionAnalysis::default()
+            }),
+        ];
+        let whole = Candidate {
+            hit_index: 1,
+            end: short.len() as u32,
+            token_count: both_analyses[1].tokens.len() as u32,
+            ..fragment
+        };
+        assert!(whole.token_count < MIN_SPAN_TOKENS);
+        let contexts = SpanContexts::for_order(crate::types::ResultOrder::Score, &both, &tokenizer);
+        let spans = pack(
+            &[whole, sentence],
+            &both,
+            &both_analyses,
+            64,
+            &tokenizer,
+            &selection,
+            &contexts,
+        );
+        assert_eq!(spans.len(), 2, "{spans:?}");
+    }
 
     #[test]
     fn touching_means_only_whitespace_between() {
@@ -584,6 +690,15 @@ mod properties {
             prop_assert_eq!(sorted_by_place(&candidates), sorted_by_place(&scored));
             let packed = pack(&candidates, &hits, &analyses, budget, tokenizer(), &selection, &contexts);
             check_spans(&packed, &hits, budget, &selection, order, &contexts)?;
+            // No span is a fragment: each holds the fewest tokens a new span may start with, or
+            // its whole section.
+            let largest = candidates.iter().map(|c| c.token_count).max().unwrap_or(0);
+            let least = super::least_new_span_tokens(budget, largest) as usize;
+            for s in &packed {
+                let held = analyses[s.hit_index as usize].tokens.count_within(s.start as usize..s.end as usize);
+                let whole = s.start == 0 && s.end as usize == hits[s.hit_index as usize].text.len();
+                prop_assert!(held >= least || whole, "{s:?} holds {held} tokens, fewer than {least}");
+            }
             // The leftover grows the spans: the same invariants, and every packed span lies
             // inside a grown one.
             let mut grown = packed.clone();
@@ -601,7 +716,9 @@ mod properties {
                 for c in candidates.iter().filter(above_floor) {
                     let (text, analysis) = (&hits[c.hit_index as usize].text, &analyses[c.hit_index as usize]);
                     let own = contexts.count(tokenizer(), c.hit_index, text, analysis, c.header, (c.start, c.end));
-                    prop_assert!(own > budget as usize || c.token_count == 0, "{c:?} ({own} tokens) fits {budget}");
+                    let whole = c.start == 0 && c.end as usize == text.len();
+                    let fragment = c.token_count < least as u32 && !whole;
+                    prop_assert!(own > budget as usize || c.token_count == 0 || fragment, "{c:?} ({own} tokens) fits {budget}");
                 }
             }
         }
