@@ -82,6 +82,17 @@ struct Args {
     /// measurement; default: the server's default.
     #[arg(long)]
     ef_search: Option<usize>,
+    /// Also measure recall@10 of one hnsw graph built over all the stored vectors with the
+    /// index's graph parameters (printed beside the segmented index's): tells the data's
+    /// difficulty apart from what segmenting costs.
+    #[arg(long)]
+    one_graph_recall: bool,
+    /// M (`max_nb_connection`, 1..=256) of that one graph; default: the index's.
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
+    one_graph_m: Option<usize>,
+    /// `ef_construction` of that one graph (1..=4096); default: the index's.
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    one_graph_ef_construction: Option<usize>,
     /// Documents per upload call while building.
     #[arg(long, default_value_t = 256)]
     upload_documents: usize,
@@ -740,6 +751,7 @@ fn dense_recall_at_10(
     models_dir: &Path,
     queries: &[String],
     ef_search: Option<usize>,
+    one_graph: Option<OneGraph>,
 ) -> anyhow::Result<f64> {
     let embedder = StaticEmbedder::from_models_dir(models_dir).context("loading static vectors")?;
     let mut dense = DenseIndexConfig::new(embedder.dim());
@@ -750,7 +762,7 @@ fn dense_recall_at_10(
         index_path,
         16_000_000,
         Duration::from_secs(3600),
-        Some(dense),
+        Some(dense.clone()),
     )
     .context("opening the collection's index")?;
     let stored = index.stored_section_vectors()?;
@@ -766,7 +778,16 @@ fn dense_recall_at_10(
         .embed_texts(&texts)
         .context("embedding the queries")?;
     let snapshot = index.snapshot();
+    let mut graph_config = dense.clone();
+    if let Some(one_graph) = &one_graph {
+        graph_config.max_nb_connection = one_graph.m.unwrap_or(dense.max_nb_connection);
+        graph_config.ef_construction = one_graph.ef_construction.unwrap_or(dense.ef_construction);
+    }
+    let built = Instant::now();
+    let graph = one_graph.map(|_| one_graph_over(&unit, &graph_config));
+    let build_seconds = built.elapsed().as_secs_f64();
     let mut recalls = Vec::with_capacity(queries.len());
+    let mut one_graph_recalls = Vec::new();
     for query in query_vectors.iter_rows() {
         if query.iter().all(|x| *x == 0.0) {
             continue;
@@ -778,12 +799,65 @@ fn dense_recall_at_10(
             .map(|hit| hit.section_key)
             .collect();
         recalls.push(recall_with_ties(&exact, &approximate, &unit, query));
+        if let Some(graph) = &graph {
+            let mut normalized = query.to_vec();
+            lathe::embed::l2_normalize(&mut normalized);
+            let found: Vec<u64> = graph
+                .search(&normalized, 10, dense.ef_search.max(10))
+                .iter()
+                .map(|neighbour| unit[neighbour.d_id].0)
+                .collect();
+            one_graph_recalls.push(recall_with_ties(&exact, &found, &unit, query));
+        }
     }
     index.shutdown();
     if recalls.is_empty() {
         anyhow::bail!("no query had a non-zero static vector");
     }
-    Ok(recalls.iter().sum::<f64>() / recalls.len() as f64)
+    let mean = |values: &[f64]| values.iter().sum::<f64>() / values.len() as f64;
+    if graph.is_some() {
+        eprintln!(
+            "recall@10 over {} queries: segmented index {:.3}, one graph over the same {} vectors {:.3} (M {}, ef_construction {}, ef {}; built in {build_seconds:.1} s)",
+            recalls.len(),
+            mean(&recalls),
+            unit.len(),
+            mean(&one_graph_recalls),
+            graph_config.max_nb_connection,
+            graph_config.ef_construction,
+            dense.ef_search.max(10),
+        );
+    }
+    Ok(mean(&recalls))
+}
+
+/// The graph parameters of `--one-graph-recall` (unset: the index's).
+struct OneGraph {
+    m: Option<usize>,
+    ef_construction: Option<usize>,
+}
+
+/// One hnsw graph over all of `vectors` (slot = position), built as the index builds a merged
+/// segment: the index's graph parameters, batches of 10,000 inserted in parallel.
+fn one_graph_over(
+    vectors: &[(u64, Vec<f32>)],
+    dense: &DenseIndexConfig,
+) -> hnsw_rs::hnsw::Hnsw<'static, f32, lathe::dense::UnitDotDistance> {
+    let graph = hnsw_rs::hnsw::Hnsw::new(
+        dense.max_nb_connection,
+        vectors.len().max(1),
+        dense.max_layer,
+        dense.ef_construction,
+        lathe::dense::UnitDotDistance,
+    );
+    let slots: Vec<(&[f32], usize)> = vectors
+        .iter()
+        .enumerate()
+        .map(|(slot, (_, vector))| (vector.as_slice(), slot))
+        .collect();
+    for batch in slots.chunks(10_000) {
+        graph.parallel_insert_slice(&batch.to_vec());
+    }
+    graph
 }
 
 /// The `k` keys of `vectors` most similar to `query` (dot product of unit vectors), best first,
@@ -883,6 +957,10 @@ impl Bench {
                 &self.args.models_dir,
                 recall_queries,
                 self.args.ef_search,
+                self.args.one_graph_recall.then_some(OneGraph {
+                    m: self.args.one_graph_m,
+                    ef_construction: self.args.one_graph_ef_construction,
+                }),
             )?);
         }
         if !self.args.keep && !self.args.reuse {
@@ -1461,6 +1539,22 @@ mod tests {
         assert_eq!(recall_with_ties(&exact, &[1, 3], &vectors, &query), 1.0);
         assert_eq!(recall_with_ties(&exact, &[1, 4], &vectors, &query), 0.5);
         assert_eq!(recall_with_ties(&exact, &[], &vectors, &query), 0.0);
+    }
+
+    #[test]
+    fn one_graph_over_the_vectors_finds_each_of_them_first() {
+        // 200 unit vectors on a circle: each is its own nearest neighbour.
+        let vectors: Vec<(u64, Vec<f32>)> = (0..200)
+            .map(|i| {
+                let angle = i as f32 * std::f32::consts::TAU / 200.0;
+                (1000 + i as u64, vec![angle.cos(), angle.sin()])
+            })
+            .collect();
+        let graph = one_graph_over(&vectors, &DenseIndexConfig::new(2));
+        for (slot, (_, vector)) in vectors.iter().enumerate() {
+            let found = graph.search(vector, 1, 64);
+            assert_eq!(found[0].d_id, slot);
+        }
     }
 
     #[test]
