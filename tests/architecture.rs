@@ -134,14 +134,15 @@ const KNOWN_VIOLATIONS: &[(&str, &str, &str)] = &[];
 
 /// The binaries: `main.rs` is the `lathe` front end and may call `cli`; `lathe-load` is a client;
 /// `lathe-bench` is a client that also opens a stopped server's index (and embeds query texts) to
-/// measure the dense leg's recall against exact search.
+/// measure the dense leg's recall against exact search, and builds one graph over the same
+/// vectors with the dense index's distance (`--one-graph-recall`).
 const BINARY_RULE: &[(&str, &[&str])] = &[
     ("src/main.rs", &["cli", "config"]),
     ("src/bin/lathe-load.rs", &["api", "client", "eval", "types"]),
     ("src/bin/lathe-replicas.rs", &["api", "client", "eval"]),
     (
         "src/bin/lathe-bench.rs",
-        &["api", "client", "embed", "eval", "index", "types"],
+        &["api", "client", "dense", "embed", "eval", "index", "types"],
     ),
 ];
 
