@@ -778,14 +778,13 @@ fn dense_recall_at_10(
         .embed_texts(&texts)
         .context("embedding the queries")?;
     let snapshot = index.snapshot();
-    let mut graph_config = dense.clone();
-    if let Some(one_graph) = &one_graph {
-        graph_config.max_nb_connection = one_graph.m.unwrap_or(dense.max_nb_connection);
-        graph_config.ef_construction = one_graph.ef_construction.unwrap_or(dense.ef_construction);
-    }
-    let built = Instant::now();
-    let graph = one_graph.map(|_| one_graph_over(&unit, &graph_config));
-    let build_seconds = built.elapsed().as_secs_f64();
+    // The one graph, its parameters and its build time, when asked for.
+    let one_graph = one_graph.map(|params| {
+        let config = params.applied_to(&dense);
+        let started = Instant::now();
+        let graph = one_graph_over(&unit, &config);
+        (graph, config, started.elapsed().as_secs_f64())
+    });
     let mut recalls = Vec::with_capacity(queries.len());
     let mut one_graph_recalls = Vec::new();
     for query in query_vectors.iter_rows() {
@@ -799,7 +798,7 @@ fn dense_recall_at_10(
             .map(|hit| hit.section_key)
             .collect();
         recalls.push(recall_with_ties(&exact, &approximate, &unit, query));
-        if let Some(graph) = &graph {
+        if let Some((graph, _, _)) = &one_graph {
             let mut normalized = query.to_vec();
             lathe::embed::l2_normalize(&mut normalized);
             let found: Vec<u64> = graph
@@ -815,15 +814,15 @@ fn dense_recall_at_10(
         anyhow::bail!("no query had a non-zero static vector");
     }
     let mean = |values: &[f64]| values.iter().sum::<f64>() / values.len() as f64;
-    if graph.is_some() {
+    if let Some((_, config, build_seconds)) = &one_graph {
         eprintln!(
             "recall@10 over {} queries: segmented index {:.3}, one graph over the same {} vectors {:.3} (M {}, ef_construction {}, ef {}; built in {build_seconds:.1} s)",
             recalls.len(),
             mean(&recalls),
             unit.len(),
             mean(&one_graph_recalls),
-            graph_config.max_nb_connection,
-            graph_config.ef_construction,
+            config.max_nb_connection,
+            config.ef_construction,
             dense.ef_search.max(10),
         );
     }
@@ -834,6 +833,17 @@ fn dense_recall_at_10(
 struct OneGraph {
     m: Option<usize>,
     ef_construction: Option<usize>,
+}
+
+impl OneGraph {
+    /// `index`'s settings with these parameters where they are set.
+    fn applied_to(&self, index: &DenseIndexConfig) -> DenseIndexConfig {
+        DenseIndexConfig {
+            max_nb_connection: self.m.unwrap_or(index.max_nb_connection),
+            ef_construction: self.ef_construction.unwrap_or(index.ef_construction),
+            ..index.clone()
+        }
+    }
 }
 
 /// One hnsw graph over all of `vectors` (slot = position), built as the index builds a merged

@@ -52,9 +52,9 @@ pub fn pack(
         if collect_touching(&spans, candidate, text, &mut absorbed) {
             continue;
         }
-        let fragment = candidate.token_count < least_new_span
-            && !(candidate.start == 0 && candidate.end as usize == text.len());
-        if absorbed.is_empty() && (fragment || document_is_full(&spans, hits, candidate, selection))
+        if absorbed.is_empty()
+            && (is_fragment(candidate, text, least_new_span)
+                || document_is_full(&spans, hits, candidate, selection))
         {
             continue;
         }
@@ -121,6 +121,17 @@ pub const MIN_SPAN_TOKENS: u32 = 8;
 /// least: a tiny budget still takes what fits, and a caller who asks for 4-token chunks gets them.
 pub fn least_new_span_tokens(budget: u32, largest_candidate: u32) -> u32 {
     MIN_SPAN_TOKENS.min(budget / 8).min(largest_candidate / 2)
+}
+
+/// True when `candidate`, a chunk of the section `text`, holds fewer than `least` tokens and is
+/// not the whole section.
+fn is_fragment(candidate: &Candidate, text: &str, least: u32) -> bool {
+    candidate.token_count < least && !covers_whole_section(candidate.start, candidate.end, text)
+}
+
+/// True when the byte range `start..end` is all of the section `text`.
+fn covers_whole_section(start: u32, end: u32, text: &str) -> bool {
+    start == 0 && end as usize == text.len()
 }
 
 /// True when the candidate's document already holds `max_chunks_per_document` packed spans.
@@ -696,7 +707,7 @@ mod properties {
             let least = super::least_new_span_tokens(budget, largest) as usize;
             for s in &packed {
                 let held = analyses[s.hit_index as usize].tokens.count_within(s.start as usize..s.end as usize);
-                let whole = s.start == 0 && s.end as usize == hits[s.hit_index as usize].text.len();
+                let whole = super::covers_whole_section(s.start, s.end, &hits[s.hit_index as usize].text);
                 prop_assert!(held >= least || whole, "{s:?} holds {held} tokens, fewer than {least}");
             }
             // The leftover grows the spans: the same invariants, and every packed span lies
@@ -716,8 +727,7 @@ mod properties {
                 for c in candidates.iter().filter(above_floor) {
                     let (text, analysis) = (&hits[c.hit_index as usize].text, &analyses[c.hit_index as usize]);
                     let own = contexts.count(tokenizer(), c.hit_index, text, analysis, c.header, (c.start, c.end));
-                    let whole = c.start == 0 && c.end as usize == text.len();
-                    let fragment = c.token_count < least as u32 && !whole;
+                    let fragment = super::is_fragment(c, text, least as u32);
                     prop_assert!(own > budget as usize || c.token_count == 0 || fragment, "{c:?} ({own} tokens) fits {budget}");
                 }
             }
