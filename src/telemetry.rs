@@ -1,7 +1,7 @@
 //! Prometheus metrics, with bounded label sets: requests by RPC and status code, latency per RPC
 //! and per pipeline stage, cache hits and misses by cache, in-flight requests, embedding batches,
-//! upserted sections embedded or reused, collections by state, per-collection sizes and faults,
-//! and the index writers open (read at scrape time).
+//! upserted sections embedded or reused, the model runtime's runs and time, collections by state,
+//! per-collection sizes and faults, and the index writers open (read at scrape time).
 
 use prometheus::core::Collector;
 use prometheus::{
@@ -35,9 +35,79 @@ pub struct Metrics {
     pub collection_damaged: IntGaugeVec,
     pub index_writers_open: IntGauge,
     pub index_writer_evictions: IntCounter,
+    /// The embedding model's runtime (read at scrape time; zero without a model that runs one).
+    pub inference: InferenceMetrics,
     /// With replication: this replica's progress through the log (read at scrape time) and the
     /// entries it applied or passed over, by `outcome`.
     pub replication: ReplicationMetrics,
+}
+
+/// The model runtime's totals since start (the embedder's, published at scrape time).
+pub struct InferenceMetrics {
+    pub runs: IntCounter,
+    pub sequences: IntCounter,
+    pub padded_tokens: IntCounter,
+    /// Wall time inside the runtime's runs, summed over runs that overlapped.
+    pub seconds: prometheus::Counter,
+}
+
+impl InferenceMetrics {
+    fn register(registry: &Registry) -> Self {
+        let int_counter = |name: &str, help: &str| {
+            register(
+                registry,
+                IntCounter::new(name, help).expect("static metric"),
+            )
+        };
+        Self {
+            runs: int_counter(
+                "inference_runs_total",
+                "Batches the embedding model's runtime ran (ingest and queries)",
+            ),
+            sequences: int_counter(
+                "inference_sequences_total",
+                "Sequences (model inputs) in those batches",
+            ),
+            padded_tokens: int_counter(
+                "inference_padded_tokens_total",
+                "Tokens in those batches, padding included",
+            ),
+            seconds: register(
+                registry,
+                prometheus::Counter::new(
+                    "inference_seconds_total",
+                    "Wall time inside the model runtime's runs, summed over runs that overlapped; tokenizing and pooling are not in it",
+                )
+                .expect("static metric"),
+            ),
+        }
+    }
+
+    /// Brings the counters up to the embedder's totals, which only grow.
+    pub fn publish(&self, totals: InferenceCounts) {
+        self.runs
+            .inc_by(totals.runs.saturating_sub(self.runs.get()));
+        self.sequences
+            .inc_by(totals.sequences.saturating_sub(self.sequences.get()));
+        self.padded_tokens.inc_by(
+            totals
+                .padded_tokens
+                .saturating_sub(self.padded_tokens.get()),
+        );
+        let seconds = totals.seconds - self.seconds.get();
+        if seconds > 0.0 {
+            self.seconds.inc_by(seconds);
+        }
+    }
+}
+
+/// What [`InferenceMetrics::publish`] brings the counters up to.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InferenceCounts {
+    pub runs: u64,
+    pub sequences: u64,
+    pub padded_tokens: u64,
+    pub seconds: f64,
 }
 
 /// The replication family (all zero on a single node).
@@ -278,6 +348,7 @@ impl Metrics {
             collection_damaged: collection.damaged,
             index_writers_open: register(&registry, index_writers_open),
             index_writer_evictions: register(&registry, index_writer_evictions),
+            inference: InferenceMetrics::register(&registry),
             replication: ReplicationMetrics::register(&registry),
             registry,
         }
@@ -316,8 +387,25 @@ mod tests {
             .cache_lookups
             .with_label_values(&["result", "hit"])
             .inc();
+        metrics.inference.publish(InferenceCounts {
+            runs: 3,
+            sequences: 40,
+            padded_tokens: 5_000,
+            seconds: 1.5,
+        });
+        // Publishing the same totals again adds nothing.
+        metrics.inference.publish(InferenceCounts {
+            runs: 3,
+            sequences: 40,
+            padded_tokens: 5_000,
+            seconds: 1.5,
+        });
         let text = metrics.render();
         for series in [
+            "lathe_inference_runs_total 3",
+            "lathe_inference_sequences_total 40",
+            "lathe_inference_padded_tokens_total 5000",
+            "lathe_inference_seconds_total 1.5",
             "lathe_requests_total{code=\"Ok\",rpc=\"Retrieve\"} 1",
             "lathe_stage_duration_seconds_bucket",
             "lathe_cache_lookups_total{cache=\"result\",result=\"hit\"} 1",

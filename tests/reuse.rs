@@ -331,6 +331,8 @@ async fn a_write_past_its_deadline_is_whole_or_absent_and_a_retry_succeeds() {
 
     // A retry of what is stored (the caller cannot know it was): no inference.
     let before = counted_since(&metrics_address, (0, 0));
+    let runs_before = inference_runs(&metrics_address);
+    assert!(runs_before > 0, "the model ran for the batches embedded");
     client
         .upsert_documents(request(None))
         .await
@@ -339,5 +341,15 @@ async fn a_write_past_its_deadline_is_whole_or_absent_and_a_retry_succeeds() {
         counted_since(&metrics_address, before),
         (0, expected_sections)
     );
+    assert_eq!(inference_runs(&metrics_address), runs_before);
     server.stop().await;
+}
+
+/// `lathe_inference_runs_total`: the model runtime's runs since the server started.
+fn inference_runs(metrics_address: &str) -> u64 {
+    binary::scrape_metrics(metrics_address)
+        .lines()
+        .find_map(|line| line.strip_prefix("lathe_inference_runs_total "))
+        .map(|value| value.trim().parse().expect("a counter value"))
+        .unwrap_or(0)
 }

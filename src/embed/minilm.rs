@@ -7,8 +7,9 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 use ort::environment::Environment;
 use ort::session::builder::GraphOptimizationLevel;
@@ -18,7 +19,7 @@ use tokenizers::Tokenizer;
 
 use super::{
     l2_normalize, open_unpadded_tokenizer, validate_sentence_ranges, EmbedError, Embedder,
-    FineMode, VectorMatrix,
+    FineMode, InferenceTotals, VectorMatrix,
 };
 use crate::tokenizer::EncodedText;
 use crate::tokens::TokenOffsets;
@@ -110,7 +111,39 @@ pub struct MiniLmEmbedder {
     sep_token_id: i64,
     /// `Session::run` needs `&mut`; each session sits behind its own lock.
     sessions: Vec<Mutex<Session>>,
-    next_session: AtomicUsize,
+    clock: InferenceClock,
+}
+
+/// [`InferenceTotals`], kept with relaxed atomics (each run adds its own figures once).
+#[derive(Debug, Default)]
+struct InferenceClock {
+    runs: AtomicU64,
+    sequences: AtomicU64,
+    padded_tokens: AtomicU64,
+    nanos: AtomicU64,
+}
+
+impl InferenceClock {
+    fn record(&self, sequences: usize, padded_tokens: usize, elapsed: std::time::Duration) {
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        self.sequences
+            .fetch_add(sequences as u64, Ordering::Relaxed);
+        self.padded_tokens
+            .fetch_add(padded_tokens as u64, Ordering::Relaxed);
+        self.nanos.fetch_add(
+            u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn totals(&self) -> InferenceTotals {
+        InferenceTotals {
+            runs: self.runs.load(Ordering::Relaxed),
+            sequences: self.sequences.load(Ordering::Relaxed),
+            padded_tokens: self.padded_tokens.load(Ordering::Relaxed),
+            seconds: self.nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
 }
 
 impl std::fmt::Debug for MiniLmEmbedder {
@@ -120,6 +153,13 @@ impl std::fmt::Debug for MiniLmEmbedder {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
+}
+
+/// Which work a model run is for: sentence vectors at ingest, or texts (queries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SessionSide {
+    Ingest,
+    Query,
 }
 
 /// One model input: content token ids without [CLS]/[SEP].
@@ -196,7 +236,7 @@ impl MiniLmEmbedder {
             cls_token_id,
             sep_token_id,
             sessions,
-            next_session: AtomicUsize::new(0),
+            clock: InferenceClock::default(),
         })
     }
 
@@ -224,17 +264,26 @@ impl MiniLmEmbedder {
         Ok(self.tokenize(text, usize::MAX)?.ids.len())
     }
 
-    /// A free session if there is one, else waits for the next in turn.
-    fn acquire_session(&self) -> MutexGuard<'_, Session> {
-        let first = self.next_session.fetch_add(1, Ordering::Relaxed);
-        for offset in 0..self.sessions.len() {
-            let index = (first + offset) % self.sessions.len();
+    /// A free session, trying first the one `side` prefers (ingest the first, queries the last,
+    /// so that with two sessions a query does not wait behind an ingest batch and only the
+    /// ingest session's memory grows to a batch's); else waits for the preferred one.
+    fn acquire_session(&self, side: SessionSide) -> MutexGuard<'_, Session> {
+        let count = self.sessions.len();
+        let first = match side {
+            SessionSide::Ingest => 0,
+            SessionSide::Query => count - 1,
+        };
+        for offset in 0..count {
+            let index = match side {
+                SessionSide::Ingest => first + offset,
+                SessionSide::Query => first - offset,
+            };
             if let Ok(guard) = self.sessions[index].try_lock() {
                 return guard;
             }
         }
         // A panic inside a run leaves the session itself usable: runs keep no state between calls.
-        self.sessions[first % self.sessions.len()]
+        self.sessions[first]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
@@ -245,6 +294,7 @@ impl MiniLmEmbedder {
     fn run_sequences(
         &self,
         sequences: &[Sequence<'_>],
+        side: SessionSide,
         mut sink: impl FnMut(usize, &[f32]),
     ) -> Result<(), EmbedError> {
         let mut order: Vec<usize> = (0..sequences.len()).collect();
@@ -279,8 +329,11 @@ impl MiniLmEmbedder {
                 "attention_mask" => TensorRef::from_array_view((shape, attention_mask.as_slice())).map_err(EmbedError::inference)?,
                 "token_type_ids" => TensorRef::from_array_view((shape, &token_type_ids[..batch.len() * padded_len])).map_err(EmbedError::inference)?,
             ];
-            let mut session = self.acquire_session();
+            let mut session = self.acquire_session(side);
+            let started = Instant::now();
             let outputs = session.run(inputs).map_err(EmbedError::inference)?;
+            self.clock
+                .record(batch.len(), batch.len() * padded_len, started.elapsed());
             let hidden = outputs
                 .get("last_hidden_state")
                 .ok_or_else(|| EmbedError::inference("model has no output `last_hidden_state`"))?;
@@ -360,12 +413,13 @@ impl MiniLmEmbedder {
         token_lists: &[&[u32]],
         targets: &[(usize, usize)],
         matrices: &mut [VectorMatrix],
+        side: SessionSide,
     ) -> Result<(), EmbedError> {
         let sequences: Vec<Sequence<'_>> = token_lists
             .iter()
             .map(|&content_ids| Sequence { content_ids })
             .collect();
-        self.run_sequences(&sequences, |sequence_index, states| {
+        self.run_sequences(&sequences, side, |sequence_index, states| {
             let (matrix_index, row_index) = targets[sequence_index];
             let row = matrices[matrix_index].row_mut(row_index);
             row.fill(0.0);
@@ -418,7 +472,7 @@ impl MiniLmEmbedder {
             .iter()
             .map(|encoding| &encoding.ids[..encoding.ids.len().min(max_content)])
             .collect();
-        self.embed_token_lists(&token_lists, &targets, &mut matrices)?;
+        self.embed_token_lists(&token_lists, &targets, &mut matrices, SessionSide::Ingest)?;
         Ok(matrices)
     }
 
@@ -463,7 +517,7 @@ impl MiniLmEmbedder {
                 content_ids: &encodings[*section_index].ids[window.tokens.clone()],
             })
             .collect();
-        self.run_sequences(&sequences, |window_index, states| {
+        self.run_sequences(&sequences, SessionSide::Ingest, |window_index, states| {
             let (section_index, window) = &windows[window_index];
             let matrix = &mut matrices[*section_index];
             for (sentence_index, tokens) in sentence_tokens[*section_index].iter().enumerate() {
@@ -544,6 +598,10 @@ impl Embedder for MiniLmEmbedder {
         MINILM_DIM
     }
 
+    fn inference_totals(&self) -> Option<InferenceTotals> {
+        Some(self.clock.totals())
+    }
+
     fn embed_texts(&self, texts: &[&str]) -> Result<VectorMatrix, EmbedError> {
         let mut matrices = [VectorMatrix::zeros(MINILM_DIM, texts.len())];
         let max_content = self.max_content_tokens();
@@ -556,7 +614,7 @@ impl Embedder for MiniLmEmbedder {
             .map(|encoding| &encoding.ids[..encoding.ids.len().min(max_content)])
             .collect();
         let targets: Vec<(usize, usize)> = (0..texts.len()).map(|row| (0, row)).collect();
-        self.embed_token_lists(&token_lists, &targets, &mut matrices)?;
+        self.embed_token_lists(&token_lists, &targets, &mut matrices, SessionSide::Query)?;
         let [matrix] = matrices;
         Ok(matrix)
     }
@@ -595,6 +653,70 @@ fn zero_matrices(sections: &[(&str, &[Range<usize>])]) -> Vec<VectorMatrix> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A two-session MiniLM from the repository's models/ (scripts/fetch-models.sh).
+    fn two_session_embedder() -> MiniLmEmbedder {
+        let models = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models");
+        let mut config = MiniLmConfig::from_models_dir(&models);
+        config.session_count = 2;
+        config.max_batch_tokens = 512;
+        MiniLmEmbedder::new(config).expect("MiniLM loads (run scripts/fetch-models.sh)")
+    }
+
+    /// Which of the two sessions are held now.
+    fn held(embedder: &MiniLmEmbedder) -> [bool; 2] {
+        [0, 1].map(|i| embedder.sessions[i].try_lock().is_err())
+    }
+
+    #[test]
+    fn ingest_takes_the_first_free_session_and_queries_the_last() {
+        let embedder = two_session_embedder();
+        {
+            let _ingest = embedder.acquire_session(SessionSide::Ingest);
+            assert_eq!(held(&embedder), [true, false]);
+            // With the ingest session busy, a query still gets a session at once.
+            let _query = embedder.acquire_session(SessionSide::Query);
+            assert_eq!(held(&embedder), [true, true]);
+        }
+        {
+            let _query = embedder.acquire_session(SessionSide::Query);
+            assert_eq!(held(&embedder), [false, true]);
+            // A second ingest run while one holds the first session takes the free one.
+            let _first = embedder.acquire_session(SessionSide::Ingest);
+            assert_eq!(held(&embedder), [true, true]);
+        }
+    }
+
+    #[test]
+    fn every_model_run_is_counted_with_its_sequences_tokens_and_time() {
+        let embedder = two_session_embedder();
+        assert_eq!(
+            embedder.inference_totals(),
+            Some(InferenceTotals::default())
+        );
+        let text = "Lathe cuts chunks at query time. Each caller gets its own sizes.";
+        let sentences = [0..32, 33..text.len()];
+        let sections: Vec<(&str, &[Range<usize>])> = vec![(text, &sentences); 3];
+        embedder
+            .sentence_vectors_of_sections(&sections, FineMode::LateChunking)
+            .expect("embeds");
+        let after_ingest = embedder.inference_totals().expect("MiniLM keeps totals");
+        // Three short sections are one window each, filling one batch.
+        assert_eq!((after_ingest.runs, after_ingest.sequences), (1, 3));
+        let content = embedder
+            .tokenize(text, usize::MAX)
+            .expect("tokenizes")
+            .ids
+            .len();
+        assert_eq!(after_ingest.padded_tokens as usize, 3 * (content + 2));
+        assert!(after_ingest.seconds > 0.0, "{after_ingest:?}");
+        embedder
+            .embed_query("where are chunks cut")
+            .expect("embeds");
+        let after_query = embedder.inference_totals().expect("MiniLM keeps totals");
+        assert_eq!((after_query.runs, after_query.sequences), (2, 4));
+        assert!(after_query.seconds > after_ingest.seconds);
+    }
 
     #[test]
     fn short_text_is_one_window_owning_everything() {

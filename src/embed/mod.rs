@@ -146,6 +146,18 @@ impl VectorMatrix {
     }
 }
 
+/// What a model's runtime did since the model was loaded: its runs (batches), the sequences
+/// and tokens (padding included) they held, and the wall time spent inside the runs, summed over
+/// runs that went on at the same time. Tokenizing, batching and pooling are not in it: it is the
+/// raw inference an ingest can at best keep busy.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct InferenceTotals {
+    pub runs: u64,
+    pub sequences: u64,
+    pub padded_tokens: u64,
+    pub seconds: f64,
+}
+
 /// Something that turns text into unit vectors.
 pub trait Embedder: Send + Sync {
     /// Vector dimension.
@@ -182,6 +194,11 @@ pub trait Embedder: Send + Sync {
     /// The vector of one query (the only text the model sees at query time).
     fn embed_query(&self, query: &str) -> Result<Vec<f32>, EmbedError> {
         Ok(self.embed_texts(&[query])?.into_values())
+    }
+
+    /// The model runtime's totals, for an embedder that runs one (`None` for a table lookup).
+    fn inference_totals(&self) -> Option<InferenceTotals> {
+        None
     }
 }
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::Engine;
+use crate::telemetry::InferenceCounts;
 use crate::types::{CollectionInfo, CollectionState, QueryVectorSource, RetrieveResult};
 
 impl Engine {
@@ -23,10 +24,18 @@ impl Engine {
         metrics.retrying.set(i64::from(progress.retrying.is_some()));
     }
 
-    /// Publishes each collection's state and size and the writers' state to the metrics
-    /// (called at scrape time).
+    /// Publishes each collection's state and size, the writers' state and the model runtime's
+    /// totals to the metrics (called at scrape time).
     pub fn record_collection_metrics(&self) {
         self.record_replication_metrics();
+        if let Some(totals) = self.embedder.as_ref().and_then(|e| e.inference_totals()) {
+            self.metrics.inference.publish(InferenceCounts {
+                runs: totals.runs,
+                sequences: totals.sequences,
+                padded_tokens: totals.padded_tokens,
+                seconds: totals.seconds,
+            });
+        }
         let metrics = &self.metrics;
         metrics
             .index_writers_open

@@ -58,6 +58,8 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     /// The model that makes sentence vectors at ingest and the query vector at query time.
     embedder: Option<Arc<dyn Embedder>>,
+    /// Writes whose embed stage may run at once (see [`ingest_inference_slots`]).
+    ingest_inference: tokio::sync::Semaphore,
     catalog: Arc<Catalog<CollectionRuntime>>,
     caches: Caches,
     pool: CpuPool,
@@ -111,10 +113,12 @@ impl Engine {
             config.cache.query_vector_bytes,
         );
         let pool = CpuPool::new(config.cpu_threads())?;
+        let ingest_inference = tokio::sync::Semaphore::new(ingest_inference_slots(&config));
         Ok(Self {
             config,
             metrics,
             embedder,
+            ingest_inference,
             catalog,
             caches,
             pool,
@@ -212,6 +216,18 @@ impl Engine {
     }
 }
 
+/// How many writes may run their embed stage at once. With ONNX Runtime each run already uses
+/// `models.inference_threads` cores, so two writes' runs side by side on the same cores only
+/// contend (their threads spin against each other): one per `inference_threads` cores. A static
+/// lookup is plain CPU work: one per core.
+fn ingest_inference_slots(config: &Config) -> usize {
+    let cores = config.cpu_threads();
+    match config.models.dense {
+        DenseModel::Minilm => (cores / config.models.inference_threads.max(1)).max(1),
+        DenseModel::Static | DenseModel::Off => cores.max(1),
+    }
+}
+
 fn open_embedder(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
     let dir = &config.models.dir;
     let hint = |error: crate::embed::EmbedError| {
@@ -232,6 +248,7 @@ fn open_embedder(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
             let mut minilm = MiniLmConfig::from_models_dir(dir);
             minilm.intra_op_threads = config.models.inference_threads;
             minilm.memory_arena = config.models.inference_memory_arena;
+            minilm.max_batch_tokens = config.models.inference_batch_tokens;
             // A second session, so that query embeddings do not queue behind ingest batches.
             minilm.session_count = 2;
             Some(Arc::new(MiniLmEmbedder::new(minilm).map_err(hint)?))
@@ -287,5 +304,23 @@ fn chunking_from_stored(stored: &StoredSettings) -> ChunkingSpec {
         unit: Unit::Tokens,
         separators: Vec::new(),
         semantic: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_ingest_inference_per_inference_threads_cores_and_a_static_one_per_core() {
+        let mut config = Config::default();
+        config.server.cpu_threads = 2;
+        assert_eq!(ingest_inference_slots(&config), 1);
+        config.server.cpu_threads = 16;
+        assert_eq!(ingest_inference_slots(&config), 8);
+        config.models.inference_threads = 32;
+        assert_eq!(ingest_inference_slots(&config), 1);
+        config.models.dense = DenseModel::Static;
+        assert_eq!(ingest_inference_slots(&config), 16);
     }
 }

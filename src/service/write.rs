@@ -135,7 +135,9 @@ impl Engine {
 
     /// The embed stage (with a model) and the records stage, on the pool. Before embedding, the
     /// stored sections of the documents' current versions are read: those whose embedding input
-    /// is unchanged lend their vectors (see [`embed::ReusableVectors`]).
+    /// is unchanged lend their vectors (see [`embed::ReusableVectors`]). A write waits (off the
+    /// pool) for one of the embed stage's slots (see `ingest_inference_slots`); sectioning and
+    /// committing of other writes go on meanwhile.
     async fn embed_and_record(
         &self,
         collection: Arc<super::Collection>,
@@ -151,6 +153,15 @@ impl Engine {
             _ => "minilm",
         };
         let metrics = Arc::clone(&self.metrics);
+        let _slot = match embedder {
+            Some(_) => Some(
+                self.ingest_inference
+                    .acquire()
+                    .await
+                    .map_err(|_| LatheError::Unavailable("the server is stopping".into()))?,
+            ),
+            None => None,
+        };
         self.pool
             .run(move || {
                 if let Some(embedder) = embedder {
