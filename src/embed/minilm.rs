@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use ort::environment::Environment;
 use ort::session::builder::GraphOptimizationLevel;
-use ort::session::Session;
+use ort::session::{RunOptions, Session};
 use ort::value::TensorRef;
 use tokenizers::Tokenizer;
 
@@ -112,6 +112,10 @@ pub struct MiniLmEmbedder {
     /// `Session::run` needs `&mut`; each session sits behind its own lock.
     sessions: Vec<Mutex<Session>>,
     clock: InferenceClock,
+    /// With the arena on: run options that shrink the CPU arena at the end of the run (ONNX
+    /// Runtime's `memory.enable_memory_arena_shrinkage`), used for the last run of an ingest call.
+    /// Within a call the arena is reused; between writes it does not keep a batch's peak.
+    shrink_arena: Option<RunOptions>,
 }
 
 /// [`InferenceTotals`], kept with relaxed atomics (each run adds its own figures once).
@@ -230,6 +234,15 @@ impl MiniLmEmbedder {
                 .map_err(|error| model_error(&error))?;
             sessions.push(Mutex::new(session));
         }
+        let shrink_arena = if config.memory_arena {
+            let mut options = RunOptions::new().map_err(|error| model_error(&error))?;
+            options
+                .set("memory.enable_memory_arena_shrinkage", "cpu:0")
+                .map_err(|error| model_error(&error))?;
+            Some(options)
+        } else {
+            None
+        };
         Ok(Self {
             config,
             tokenizer,
@@ -237,6 +250,7 @@ impl MiniLmEmbedder {
             sep_token_id,
             sessions,
             clock: InferenceClock::default(),
+            shrink_arena,
         })
     }
 
@@ -331,7 +345,14 @@ impl MiniLmEmbedder {
             ];
             let mut session = self.acquire_session(side);
             let started = Instant::now();
-            let outputs = session.run(inputs).map_err(EmbedError::inference)?;
+            // The last run of an ingest call hands the arena's free memory back (see
+            // `shrink_arena`), so a server between writes holds what it did before them.
+            let last_of_ingest = side == SessionSide::Ingest && batch_end == order.len();
+            let outputs = match self.shrink_arena.as_ref().filter(|_| last_of_ingest) {
+                Some(options) => session.run_with_options(inputs, options),
+                None => session.run(inputs),
+            }
+            .map_err(EmbedError::inference)?;
             self.clock
                 .record(batch.len(), batch.len() * padded_len, started.elapsed());
             let hidden = outputs
@@ -660,6 +681,7 @@ mod tests {
         let mut config = MiniLmConfig::from_models_dir(&models);
         config.session_count = 2;
         config.max_batch_tokens = 512;
+        config.memory_arena = true;
         MiniLmEmbedder::new(config).expect("MiniLM loads (run scripts/fetch-models.sh)")
     }
 
@@ -701,6 +723,8 @@ mod tests {
             .sentence_vectors_of_sections(&sections, FineMode::LateChunking)
             .expect("embeds");
         let after_ingest = embedder.inference_totals().expect("MiniLM keeps totals");
+        // The ingest call's last run shrank the arena (it is on in this embedder).
+        assert!(embedder.shrink_arena.is_some());
         // Three short sections are one window each, filling one batch.
         assert_eq!((after_ingest.runs, after_ingest.sequences), (1, 3));
         let content = embedder
