@@ -7,8 +7,9 @@
 //! the server's default section size, the MiniLM budget tokenizer) and its sentences found, then
 //! each write's sections embedded by the server's embed stage (`ingest::embed::embed`, which fills
 //! the model's batches across all sections of the write) on a MiniLM opened with the server's
-//! settings (defaults and `LATHE_MODELS__*` variables, as `lathe serve` reads them). The model's
-//! batches are therefore those the server makes for the same writes.
+//! settings (defaults and `LATHE_MODELS__*` variables, as `lathe serve` reads them), in late
+//! chunking, the default fine mode (`models.fine_mode` is not read). The model's batches are
+//! therefore those the server makes for the same writes.
 //!
 //! It prints the text's MB, the sections, the model's runs, the seconds spent inside ONNX
 //! Runtime's runs (`InferenceTotals`, the figure the server publishes as
