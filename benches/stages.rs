@@ -143,7 +143,7 @@ fn analysed_and_scored(
         .iter()
         .zip(&analyses)
         .map(|((hits, terms), analyses)| {
-            let mut candidates = rechunk(hits, analyses, sentence_128, Default::default());
+            let mut candidates = rechunk(hits, analyses, sentence_128, &[], Default::default());
             score(&mut candidates, hits, analyses, terms, None, WEIGHTS);
             candidates
         })
@@ -207,7 +207,13 @@ fn bench_rechunk(
         group.bench_function(name, |b| {
             b.iter(|| {
                 for ((hits, _), analyses) in workload.queries.iter().zip(analyses) {
-                    black_box(rechunk(hits, analyses, &chunk_options, Default::default()));
+                    black_box(rechunk(
+                        hits,
+                        analyses,
+                        &chunk_options,
+                        &[],
+                        Default::default(),
+                    ));
                 }
             })
         });
@@ -225,7 +231,7 @@ fn bench_score(
         .queries
         .iter()
         .zip(analyses)
-        .map(|((hits, _), analyses)| rechunk(hits, analyses, sentence_128, Default::default()))
+        .map(|((hits, _), analyses)| rechunk(hits, analyses, sentence_128, &[], Default::default()))
         .collect();
     group.bench_function("score/sentence-128", |b| {
         b.iter_batched(

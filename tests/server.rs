@@ -128,11 +128,18 @@ async fn the_budget_is_never_exceeded_and_no_text_is_returned_twice() {
         "When was the university founded?",
         "the and of",
     ];
-    for budget in [1, 7, 32, 128, 512] {
-        for strategy in [proto::ChunkStrategy::Fixed, proto::ChunkStrategy::Sentence] {
+    // `None`: no chunking options, so the sections are cut at the budget's sizes (half, once
+    // and twice its chunk size), candidates that overlap each other.
+    let strategies = [
+        Some(proto::ChunkStrategy::Fixed),
+        Some(proto::ChunkStrategy::Sentence),
+        None,
+    ];
+    for budget in [1, 7, 32, 128, 512, 2048] {
+        for strategy in strategies {
             for question in questions {
                 let mut request = retrieve_request("squad", question, budget);
-                request.chunking = Some(proto::ChunkingOptions {
+                request.chunking = strategy.map(|strategy| proto::ChunkingOptions {
                     strategy: strategy as i32,
                     max_tokens: Some(48),
                     overlap_tokens: Some(if strategy == proto::ChunkStrategy::Fixed {
@@ -167,6 +174,24 @@ async fn the_budget_is_never_exceeded_and_no_text_is_returned_twice() {
             }
         }
     }
+    // Without a size the same sections are cut at 32, 64 and 128 tokens: more candidates than
+    // the 64-token chunks alone.
+    let question = questions[0];
+    let defaults = retrieve(&mut client, retrieve_request("squad", question, 512)).await;
+    let mut one_size = retrieve_request("squad", question, 512);
+    one_size.chunking = Some(proto::ChunkingOptions {
+        strategy: proto::ChunkStrategy::Sentence as i32,
+        max_tokens: Some(64),
+        ..Default::default()
+    });
+    let one_size = retrieve(&mut client, one_size).await;
+    assert_eq!(defaults.sections_considered, one_size.sections_considered);
+    assert!(
+        defaults.chunks_considered > one_size.chunks_considered,
+        "{} candidates without a size, {} with 64 tokens",
+        defaults.chunks_considered,
+        one_size.chunks_considered
+    );
     server.stop().await;
 }
 

@@ -5,10 +5,11 @@
 //! RetrieveQuery
 //!   └─ validate::validate_query     → (checked)         the query's own limits
 //!   └─ validate::resolve_chunking   → ChunkOptions      request, then collection, then server defaults
+//!   └─ validate::chunk_sizes        → Vec<u32>          the sizes cut: the one set, else ½, 1 and 2× the budget's
 //!   └─ embed::embed                 → EmbeddedQuery     query vector (one model pass) and terms
 //!   └─ coarse::retrieve             → Vec<SectionHit>   top-k sections: BM25 (+ dense, fused)
 //!   └─ analyze::analyze             → Vec<Arc<SectionAnalysis>>  one tokenization per section (cached)
-//!   └─ rechunk::rechunk             → Vec<Candidate>    fine chunks cut on token offsets
+//!   └─ rechunk::rechunk             → Vec<Candidate>    fine chunks cut on token offsets, at each size
 //!   └─ score::score                 → Vec<Candidate>    chunk BM25 + section prior (+ dense), best first
 //!   └─ diversify::diversify         → Vec<Candidate>    reordered by MMR (only with diversity > 0)
 //!   └─ context::SpanContexts        → (per section)     what is read before a span (heading line in position order)
@@ -155,4 +156,21 @@ pub(crate) fn test_section_hit(score: f32, text: &str) -> crate::index::SectionH
         sentences: Vec::new(),
         sentence_vectors: Vec::new(),
     }
+}
+
+/// The analysis of `hit` by `tokenizer` with its sentences and no query terms: what the stages'
+/// unit tests chunk and pack.
+#[cfg(test)]
+pub(crate) fn test_analysis(
+    hit: &crate::index::SectionHit,
+    tokenizer: &crate::tokenizer::BudgetTokenizer,
+) -> std::sync::Arc<SectionAnalysis> {
+    let mut sentences = Vec::new();
+    crate::chunk::sentences(&hit.text, &mut sentences);
+    std::sync::Arc::new(SectionAnalysis {
+        tokens: tokenizer.offsets(&hit.text),
+        terms: Vec::new(),
+        sentences,
+        spans_from_offsets: tokenizer.spans_count_from_offsets(&hit.text),
+    })
 }

@@ -625,8 +625,9 @@ mod properties {
         #![proptest_config(ProptestConfig::with_cases(200))]
 
         /// With any of the caller's controls set (`min_score`, `max_chunks_per_document`,
-        /// `diversity`) and either order, the budget holds, spans are exact and disjoint, and
-        /// every span honours the floor and its document's cap.
+        /// `diversity`), either order, and candidates of one size or of several overlapping
+        /// sizes, the budget holds, spans are exact and disjoint, and every span honours the
+        /// floor and its document's cap.
         #[test]
         fn packing_never_exceeds_the_budget_and_never_repeats_text(
             texts in prop::collection::vec(text_strategy(), 1..4),
@@ -641,6 +642,7 @@ mod properties {
             with_vectors in any::<bool>(),
             by_position in any::<bool>(),
             heading_paths in prop::collection::vec(heading_path_strategy(), 4),
+            several_sizes in any::<bool>(),
         ) {
             let selection = ChunkSelection {
                 min_score: min_score.map(|m| ExactF32(m as f32)),
@@ -661,16 +663,7 @@ mod properties {
             let contexts = SpanContexts::for_order(order, &hits, tokenizer());
             let analyses: Vec<Arc<SectionAnalysis>> = hits
                 .iter()
-                .map(|hit| {
-                    let mut sentences = Vec::new();
-                    crate::chunk::sentences(&hit.text, &mut sentences);
-                    Arc::new(SectionAnalysis {
-                        tokens: tokenizer().offsets(&hit.text),
-                        terms: Vec::new(),
-                        sentences,
-                        spans_from_offsets: tokenizer().spans_count_from_offsets(&hit.text),
-                    })
-                })
+                .map(|hit| crate::query::test_analysis(hit, tokenizer()))
                 .collect();
             let options = ChunkOptions {
                 // Structure repeats table headers as context, which the budget must count.
@@ -681,11 +674,23 @@ mod properties {
                 separators: None,
             };
             let mut candidates = Vec::new();
-            let mut spans: Vec<ChunkSpan> = Vec::new();
-            for (section, (hit, analysis)) in hits.iter().zip(&analyses).enumerate() {
-                chunk_section(&hit.text, &analysis.tokens, &options, None, &mut spans);
-                for (i, span) in spans.iter().enumerate() {
-                    candidates.push(Candidate { score: pseudo_random_score(seed, section, i), ..Candidate::unscored(section as u32, span) });
+            if several_sizes {
+                // The candidates of a query whose sizes come from the budget: half, once and
+                // twice the size, overlapping each other (`validate::chunk_sizes`).
+                let sizes = [max_size, (max_size / 2).max(1), max_size * 2];
+                candidates = crate::query::rechunk::rechunk(&hits, &analyses, &options, &sizes, Default::default());
+                let mut in_section = (u32::MAX, 0);
+                for c in &mut candidates {
+                    in_section = if in_section.0 == c.hit_index { (c.hit_index, in_section.1 + 1) } else { (c.hit_index, 0) };
+                    c.score = pseudo_random_score(seed, c.hit_index as usize, in_section.1);
+                }
+            } else {
+                let mut spans: Vec<ChunkSpan> = Vec::new();
+                for (section, (hit, analysis)) in hits.iter().zip(&analyses).enumerate() {
+                    chunk_section(&hit.text, &analysis.tokens, &options, None, &mut spans);
+                    for (i, span) in spans.iter().enumerate() {
+                        candidates.push(Candidate { score: pseudo_random_score(seed, section, i), ..Candidate::unscored(section as u32, span) });
+                    }
                 }
             }
             candidates.sort_by(|a, b| b.score.total_cmp(&a.score));

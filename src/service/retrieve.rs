@@ -51,6 +51,13 @@ impl Engine {
             self.config.retrieval.default_chunk_tokens,
             &self.config.limits,
         )?;
+        let sizes = validate::chunk_sizes(
+            &query.chunking,
+            &collection.extra.default_chunking,
+            &options,
+            query.token_budget,
+            self.config.retrieval.default_chunk_tokens,
+        );
         let top_k = validate::resolve_top_k(
             query.top_k,
             query.token_budget,
@@ -90,6 +97,7 @@ impl Engine {
                 let plan = QueryPlan {
                     query,
                     options: &options,
+                    sizes: &sizes,
                     top_k,
                 };
                 run_query_stages(&stages_collection, &snapshot, &plan, &settings, &caches)
@@ -158,6 +166,8 @@ impl DenseStateWatch {
 struct QueryPlan<'a> {
     query: &'a RetrieveQuery,
     options: &'a ChunkOptions,
+    /// The chunk sizes the sections are cut at (`validate::chunk_sizes`).
+    sizes: &'a [u32],
     /// The coarse depth: the request's `top_k`, else the budget's.
     top_k: u32,
 }
@@ -173,6 +183,7 @@ fn run_query_stages(
     let QueryPlan {
         query,
         options,
+        sizes,
         top_k,
     } = *plan;
     let mut timer = StageTimer::start();
@@ -207,7 +218,7 @@ fn run_query_stages(
     timer.lap("analyze");
 
     let semantic_threshold = validate::semantic_threshold(&query.chunking);
-    let mut candidates = rechunk::rechunk(&hits, &analyses, options, semantic_threshold);
+    let mut candidates = rechunk::rechunk(&hits, &analyses, options, sizes, semantic_threshold);
     timer.lap("rechunk");
 
     let scoring_terms = &embedded.scoring_terms;
