@@ -174,3 +174,14 @@ pub(crate) fn test_analysis(
         spans_from_offsets: tokenizer.spans_count_from_offsets(&hit.text),
     })
 }
+
+/// The MiniLM budget tokenizer, loaded once for the stages' unit tests.
+#[cfg(test)]
+pub(crate) fn test_minilm() -> &'static crate::tokenizer::BudgetTokenizer {
+    static TOKENIZER: std::sync::OnceLock<crate::tokenizer::BudgetTokenizer> =
+        std::sync::OnceLock::new();
+    TOKENIZER.get_or_init(|| {
+        crate::tokenizer::BudgetTokenizer::resolve("minilm", &crate::tokenizer::tests::models_dir())
+            .expect("run scripts/fetch-models.sh")
+    })
+}

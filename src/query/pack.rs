@@ -469,11 +469,7 @@ mod properties {
     use crate::tokens::MAX_BYTES_PER_TOKEN;
 
     fn tokenizer() -> &'static BudgetTokenizer {
-        static TOKENIZER: OnceLock<BudgetTokenizer> = OnceLock::new();
-        TOKENIZER.get_or_init(|| {
-            BudgetTokenizer::resolve("minilm", &crate::tokenizer::tests::models_dir())
-                .expect("run scripts/fetch-models.sh")
-        })
+        crate::query::test_minilm()
     }
 
     fn section(text: &str) -> SectionHit {

@@ -93,18 +93,14 @@ fn neighbour_similarities(hit: &SectionHit, out: &mut Vec<f32>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, OnceLock};
+    use std::sync::Arc;
 
     use super::*;
     use crate::chunk::Unit;
     use crate::tokenizer::BudgetTokenizer;
 
     fn tokenizer() -> &'static BudgetTokenizer {
-        static TOKENIZER: OnceLock<BudgetTokenizer> = OnceLock::new();
-        TOKENIZER.get_or_init(|| {
-            BudgetTokenizer::resolve("minilm", &crate::tokenizer::tests::models_dir())
-                .expect("run scripts/fetch-models.sh")
-        })
+        crate::query::test_minilm()
     }
 
     fn analysed(texts: &[&str]) -> (Vec<SectionHit>, Vec<Arc<SectionAnalysis>>) {
