@@ -216,7 +216,8 @@ struct LoadedTokenizer {
 impl LoadedTokenizer {
     fn new(tokenizer: Tokenizer) -> Self {
         let cut_rule = CutRule::of_tokenizer_json(&tokenizer);
-        let words = (cut_rule == CutRule::WhitespaceWords).then(words::WordMemo::new);
+        let words =
+            (cut_rule == CutRule::WhitespaceWords).then(|| words::WordMemo::new(&tokenizer));
         Self {
             tokenizer,
             cut_rule,

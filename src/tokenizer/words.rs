@@ -12,13 +12,21 @@
 //! repeat: a word's tokens are computed once with the tokenizer's own `encode` and remembered,
 //! in a memory shared by every collection and thread using that tokenizer file. The words not yet known are encoded together in one call, joined by single spaces
 //! (cuts again), so text of unseen words costs about one `encode` of it, as before.
+//!
+//! A word of printable ASCII not yet known skips that call when the tokenizer is plain BERT
+//! ([`AsciiWordPiece`]): its pieces go straight to the tokenizer's own WordPiece model. Corpora
+//! of paths and identifiers are mostly such words, each seen once.
 
 use std::hash::BuildHasher;
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
 use rustc_hash::{FxBuildHasher, FxHashMap};
-use tokenizers::Tokenizer;
+use tokenizers::models::wordpiece::WordPiece;
+use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::processors::PostProcessorWrapper;
+use tokenizers::{Model, ModelWrapper, NormalizedString, Normalizer, Tokenizer};
 
 /// Longest word remembered (its offsets fit a `u8`); longer ones are encoded every time.
 const MAX_WORD_BYTES: usize = 48;
@@ -40,6 +48,8 @@ type Shard = FxHashMap<Box<str>, Box<[WordToken]>>;
 /// The words tokenized with one tokenizer, shared by every collection and thread that uses it.
 pub(super) struct WordMemo {
     shards: Box<[Mutex<Shard>]>,
+    /// The fast path for printable ASCII words, when the tokenizer allows it.
+    ascii: Option<AsciiWordPiece>,
 }
 
 impl std::fmt::Debug for WordMemo {
@@ -53,9 +63,11 @@ type Slot = (u32, u32, u32);
 const UNKNOWN: u32 = u32::MAX;
 
 impl WordMemo {
-    pub(super) fn new() -> Self {
+    /// The memory of `tokenizer`, the one every call of [`Self::encode`] passes.
+    pub(super) fn new(tokenizer: &Tokenizer) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            ascii: AsciiWordPiece::of(tokenizer),
         }
     }
 
@@ -82,18 +94,35 @@ impl WordMemo {
         // The tokens of the words remembered, in order, with a slot for each of the others.
         let mut slots: Vec<Slot> = Vec::with_capacity(words.len() + words.len() / 2);
         let mut unknown = Vec::new();
+        let ascii = self.ascii.as_ref().zip(match tokenizer.get_model() {
+            ModelWrapper::WordPiece(model) => Some(model),
+            _ => None,
+        });
+        let (mut lowered, mut word_tokens) = (String::new(), WordTokens::new());
         for range in &words {
             let word = &input[range.clone()];
-            match self.shard(word).get(word) {
-                Some(known) => slots.extend(known.iter().map(|t| {
-                    let start = range.start as u32;
-                    (start + u32::from(t.start), start + u32::from(t.end), t.id)
-                })),
-                None => {
-                    slots.push((UNKNOWN, unknown.len() as u32, 0));
-                    unknown.push(range.clone());
+            let start = range.start as u32;
+            if let Some(known) = self.shard(word).get(word) {
+                slots.extend(
+                    known
+                        .iter()
+                        .map(|t| (start + u32::from(t.start), start + u32::from(t.end), t.id)),
+                );
+                continue;
+            }
+            if let Some((ascii, model)) = ascii {
+                if ascii.tokenize(model, word, &mut lowered, &mut word_tokens)? {
+                    slots.extend(
+                        word_tokens
+                            .iter()
+                            .map(|&(s, e, id)| (start + s as u32, start + e as u32, id)),
+                    );
+                    self.remember(word, &word_tokens);
+                    continue;
                 }
             }
+            slots.push((UNKNOWN, unknown.len() as u32, 0));
+            unknown.push(range.clone());
         }
         let Some(fresh) = encode_together(tokenizer, input, &unknown)? else {
             return super::encode_plain(tokenizer, input, tokens);
@@ -109,30 +138,177 @@ impl WordMemo {
             }
         }
         for (range, word_tokens) in unknown.into_iter().zip(fresh) {
-            let word = &input[range];
-            if word.len() > MAX_WORD_BYTES {
-                continue;
-            }
-            let compact = word_tokens
-                .into_iter()
-                .map(|(start, end, id)| WordToken {
-                    start: start as u8,
-                    end: end as u8,
-                    id,
-                })
-                .collect();
-            let mut shard = self.shard(word);
-            if shard.len() >= REMEMBERED_WORDS / SHARDS {
-                shard.clear();
-            }
-            shard.insert(word.into(), compact);
+            self.remember(&input[range], &word_tokens);
         }
         Ok(())
+    }
+
+    /// Remembers the tokens of `word` (offsets in the word), unless it is too long.
+    fn remember(&self, word: &str, word_tokens: &[(usize, usize, u32)]) {
+        if word.len() > MAX_WORD_BYTES {
+            return;
+        }
+        let compact = word_tokens
+            .iter()
+            .map(|&(start, end, id)| WordToken {
+                start: start as u8,
+                end: end as u8,
+                id,
+            })
+            .collect();
+        let mut shard = self.shard(word);
+        if shard.len() >= REMEMBERED_WORDS / SHARDS {
+            shard.clear();
+        }
+        shard.insert(word.into(), compact);
     }
 }
 
 /// One word's tokens: (start, end, id), byte offsets in the word.
 type WordTokens = Vec<(usize, usize, u32)>;
+
+/// `tokenizer.encode(word, false)` of a word of printable ASCII, without the pipeline, for a
+/// plain BERT tokenizer: normaliser `BertNormalizer` (any settings) or none, pre-tokenizer
+/// `BertPreTokenizer`, model `WordPiece`, no truncation or padding, a post-processor that adds
+/// nothing without special tokens. On such a word `encode` (tokenizers 0.23) does exactly this:
+/// - the added-tokens split (`AddedVocabulary::extract_and_normalize`) finds an added token,
+///   special or not, wherever its content occurs in the raw text, or its normalised content in
+///   the normalised text; a word that holds no added token's content or normalised content in
+///   either is left whole. Words that might hold one are declined;
+/// - `BertNormalizer` leaves printable ASCII as it is (`clean_text` drops control chars and
+///   maps whitespace, `handle_chinese_chars` and `strip_accents` touch no ASCII char) except
+///   that `lowercase` lowercases it, byte for byte: offsets stay those of the word;
+/// - `BertPreTokenizer` splits at whitespace (there is none) and isolates each punctuation char:
+///   `is_ascii_punctuation`, or a Unicode punctuation char, which in ASCII is a subset of it. So
+///   every ASCII punctuation char is a piece, and so is each maximal run of the other chars;
+/// - each piece is `Model::tokenize`d by the WordPiece model (a piece over its
+///   `max_input_chars_per_word`, or one it cannot cover, becomes one unknown token spanning
+///   it), offsets in the piece;
+/// - with `add_special_tokens == false`, `BertProcessing` returns the encoding as it is, and
+///   `TemplateProcessing` keeps only the template's sequence, once in the templates accepted.
+#[derive(Debug)]
+struct AsciiWordPiece {
+    lowercase: bool,
+    /// The added tokens' contents, raw and normalised (any that could match printable ASCII).
+    added: Vec<String>,
+    /// Whether a printable ASCII byte, or its lowercase when lowercasing, begins one of `added`.
+    may_begin_added: [bool; 128],
+}
+
+impl AsciiWordPiece {
+    /// The fast path for `tokenizer`, if it is exactly a plain BERT tokenizer (see the type doc).
+    fn of(tokenizer: &Tokenizer) -> Option<Self> {
+        let normalizer = tokenizer.get_normalizer();
+        let lowercase = match normalizer {
+            None => false,
+            Some(NormalizerWrapper::BertNormalizer(bert)) => bert.lowercase,
+            Some(_) => return None,
+        };
+        let post_processor_ok = match tokenizer.get_post_processor() {
+            None | Some(PostProcessorWrapper::Bert(_)) => true,
+            Some(PostProcessorWrapper::Template(template)) => {
+                // `Template` hides its pieces; its serialised form is tokenizer.json's list.
+                let single = serde_json::to_value(&template.single).unwrap_or_default();
+                let sequences = single.as_array().map_or(0, |pieces| {
+                    pieces
+                        .iter()
+                        .filter(|piece| piece.get("Sequence").is_some())
+                        .count()
+                });
+                sequences == 1
+            }
+            Some(_) => false,
+        };
+        let plain = matches!(
+            tokenizer.get_pre_tokenizer(),
+            Some(PreTokenizerWrapper::BertPreTokenizer(_))
+        ) && matches!(tokenizer.get_model(), ModelWrapper::WordPiece(_))
+            && tokenizer.get_truncation().is_none()
+            && tokenizer.get_padding().is_none()
+            && post_processor_ok;
+        if !plain {
+            return None;
+        }
+        let mut added = Vec::new();
+        for token in tokenizer.get_added_tokens_decoder().into_values() {
+            let mut normalized = NormalizedString::from(token.content.as_str());
+            if let Some(normalizer) = normalizer {
+                normalizer.normalize(&mut normalized).ok()?;
+            }
+            added.push(normalized.get().to_owned());
+            added.push(token.content);
+        }
+        // Only ASCII contents can occur in printable ASCII; an empty one would match anywhere.
+        added.retain(|content| content.is_ascii());
+        if added.iter().any(String::is_empty) {
+            return None;
+        }
+        let mut may_begin_added = [false; 128];
+        for byte in 0..128u8 {
+            let begins = |b: u8| added.iter().any(|content| content.as_bytes()[0] == b);
+            may_begin_added[usize::from(byte)] =
+                begins(byte) || (lowercase && begins(byte.to_ascii_lowercase()));
+        }
+        Some(Self {
+            lowercase,
+            added,
+            may_begin_added,
+        })
+    }
+
+    /// Sets `tokens` to the tokens of `word` (offsets in the word), as `tokenizer.encode(word,
+    /// false)` gives them, `model` being the tokenizer's; `false` (and `tokens` unspecified) if
+    /// the word is not all printable ASCII or might hold an added token. `lowered` is scratch.
+    fn tokenize(
+        &self,
+        model: &WordPiece,
+        word: &str,
+        lowered: &mut String,
+        tokens: &mut WordTokens,
+    ) -> tokenizers::Result<bool> {
+        let bytes = word.as_bytes();
+        let mut may_hold_added = false;
+        for &byte in bytes {
+            if !byte.is_ascii_graphic() {
+                return Ok(false);
+            }
+            may_hold_added |= self.may_begin_added[usize::from(byte)];
+        }
+        let normalized = if self.lowercase {
+            lowered.clear();
+            lowered.push_str(word);
+            lowered.make_ascii_lowercase();
+            lowered.as_str()
+        } else {
+            word
+        };
+        if may_hold_added
+            && self.added.iter().any(|content| {
+                word.contains(content.as_str()) || normalized.contains(content.as_str())
+            })
+        {
+            return Ok(false);
+        }
+        tokens.clear();
+        let mut start = 0;
+        while start < bytes.len() {
+            let end = if bytes[start].is_ascii_punctuation() {
+                start + 1
+            } else {
+                bytes[start..]
+                    .iter()
+                    .position(u8::is_ascii_punctuation)
+                    .map_or(bytes.len(), |length| start + length)
+            };
+            for token in model.tokenize(&normalized[start..end])? {
+                let (token_start, token_end) = token.offsets;
+                tokens.push((start + token_start, start + token_end, token.id));
+            }
+            start = end;
+        }
+        Ok(true)
+    }
+}
 
 /// The tokens of each of `unknown` (ranges of `input`; offsets in the word), from one `encode`
 /// of them joined by single spaces ([`super::tokenize_call`]); `None` if a token reached past
@@ -207,14 +383,13 @@ mod tests {
 
     use super::*;
     use crate::tokenizer::spans::tests::{dense_text, tricky_text};
-    use crate::tokenizer::tests::models_dir;
 
+    /// MiniLM as the stages' tests share it, which keeps it loaded, words remembered, throughout.
     fn minilm() -> std::sync::Arc<super::super::LoadedTokenizer> {
-        super::super::load_tokenizer_json(
-            &models_dir().join(super::super::MINILM_TOKENIZER_PATH),
-            "test",
-        )
-        .expect("run scripts/fetch-models.sh")
+        match &crate::query::test_minilm().kind {
+            super::super::Kind::HuggingFace(loaded) => loaded.clone(),
+            super::super::Kind::Tiktoken(_) => unreachable!("MiniLM is a Hugging Face tokenizer"),
+        }
     }
 
     fn by_words(input: &str) -> Vec<(usize, usize, u32)> {
@@ -263,6 +438,144 @@ mod tests {
         assert_eq!(by_words(&long), whole(tokenizer, &long));
     }
 
+    /// The fast path's tokens of `word`, or `None` where it declines.
+    fn fast(
+        ascii: &AsciiWordPiece,
+        tokenizer: &Tokenizer,
+        word: &str,
+    ) -> Option<Vec<(usize, usize, u32)>> {
+        let ModelWrapper::WordPiece(model) = tokenizer.get_model() else {
+            unreachable!("a WordPiece tokenizer")
+        };
+        let mut tokens = Vec::new();
+        let taken = ascii
+            .tokenize(model, word, &mut String::new(), &mut tokens)
+            .unwrap();
+        taken.then_some(tokens)
+    }
+
+    /// MiniLM as shipped (lowercasing, special tokens only), and it and a cased variant with two
+    /// added tokens that are not special, one matched in normalised text and one in raw text.
+    fn plain_berts() -> &'static [(AsciiWordPiece, Tokenizer)] {
+        use tokenizers::normalizers::BertNormalizer;
+        use tokenizers::AddedToken;
+        static BERTS: std::sync::OnceLock<Vec<(AsciiWordPiece, Tokenizer)>> =
+            std::sync::OnceLock::new();
+        BERTS.get_or_init(|| {
+            let shipped = minilm().tokenizer.clone();
+            let mut cased = shipped.clone();
+            cased
+                .with_normalizer(Some(BertNormalizer::new(true, true, None, false)))
+                .unwrap();
+            let mut with_added = [shipped.clone(), cased];
+            for tokenizer in &mut with_added {
+                tokenizer
+                    .add_tokens([
+                        AddedToken::from("zork", false),
+                        AddedToken::from("Qz", false).normalized(false),
+                    ])
+                    .unwrap();
+            }
+            std::iter::once(shipped)
+                .chain(with_added)
+                .map(|tokenizer| {
+                    let ascii = AsciiWordPiece::of(&tokenizer).expect("plain BERT");
+                    (ascii, tokenizer)
+                })
+                .collect()
+        })
+    }
+
+    /// Whether every tokenizer's fast path takes `word`, checking that where one does its tokens
+    /// are those of `encode` of the word.
+    fn check_fast_path(
+        berts: &[(AsciiWordPiece, Tokenizer)],
+        word: &str,
+    ) -> Result<bool, TestCaseError> {
+        let mut taken = true;
+        for (ascii, tokenizer) in berts {
+            match fast(ascii, tokenizer, word) {
+                Some(tokens) => prop_assert_eq!(tokens, whole(tokenizer, word), "{:?}", word),
+                None => taken = false,
+            }
+        }
+        Ok(taken)
+    }
+
+    #[test]
+    fn the_ascii_fast_path_gives_the_tokens_of_encode() {
+        let berts = plain_berts();
+        assert!(minilm().words.as_ref().unwrap().ascii.is_some());
+        let long = format!("{}.{}", "a".repeat(101), "Ab".repeat(60));
+        let taken = [
+            "--foo=bar",
+            "/usr/share/doc/x.gz",
+            "e.g.",
+            "McDonald's",
+            "##",
+            "a##b",
+            "##ing",
+            "...!?!...",
+            "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~",
+            "0123456789",
+            "3.14159e-10",
+            "x86_64-unknown-linux-gnu",
+            "HTTPServerError",
+            "fooBAR",
+            "unbelievable",
+            "[CLS",
+            "CLS]",
+            "a[b]c",
+            "[unknown]",
+            long.as_str(),
+            &"z".repeat(100),
+            &"z".repeat(101),
+            &"qqqqxyzzy".repeat(12),
+        ];
+        for word in taken {
+            assert!(check_fast_path(berts, word).unwrap(), "declined {word:?}");
+        }
+        // Added tokens, special or not, raw or normalised, and words not of printable ASCII.
+        let declined = [
+            "[CLS]",
+            "[UNK]x",
+            "a[MASK]b",
+            "[mask]",
+            "[PAD][SEP]",
+            "ZORK",
+            "xZorky",
+            "Qz",
+            "café",
+            "a\u{7f}b",
+            "tab\tin",
+        ];
+        for word in declined {
+            assert!(!check_fast_path(berts, word).unwrap(), "took {word:?}");
+        }
+        let text = [taken.as_slice(), declined.as_slice()].concat().join(" ");
+        assert_eq!(by_words(&text), whole(&minilm().tokenizer, &text));
+    }
+
+    #[test]
+    fn the_ascii_fast_path_is_only_for_plain_bert() {
+        use tokenizers::normalizers::Lowercase;
+        use tokenizers::pre_tokenizers::whitespace::Whitespace;
+        use tokenizers::TruncationParams;
+        let loaded = minilm();
+        assert!(loaded.words.as_ref().unwrap().ascii.is_some());
+        let mut lowercase = loaded.tokenizer.clone();
+        lowercase.with_normalizer(Some(Lowercase)).unwrap();
+        let mut whitespace = loaded.tokenizer.clone();
+        whitespace.with_pre_tokenizer(Some(Whitespace));
+        let mut truncated = loaded.tokenizer.clone();
+        truncated
+            .with_truncation(Some(TruncationParams::default()))
+            .unwrap();
+        for tokenizer in [lowercase, whitespace, truncated] {
+            assert!(AsciiWordPiece::of(&tokenizer).is_none());
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -278,6 +591,40 @@ mod tests {
                 prop_assert_eq!(by_words(text), expected.clone(), "cold: {:?}", text);
                 prop_assert_eq!(by_words(text), expected, "remembered: {:?}", text);
             }
+        }
+
+        /// The fast path takes any printable ASCII word without an added token, and gives the
+        /// tokens of `encode`, punctuation runs, long pieces and all.
+        #[test]
+        fn the_ascii_fast_path_is_encode(
+            word in prop::collection::vec(
+                prop_oneof![
+                    4 => "[!-~]{1,8}",
+                    3 => "[a-zA-Z0-9]{1,12}",
+                    2 => "[-_./=:#'\\[\\]]{1,3}",
+                    1 => prop::sample::select(
+                        vec!["[CLS]", "[UNK]", "[mask]", "##", "zork", "Qz", "e.g.", "McDonald"]
+                    ).prop_map(str::to_string),
+                    1 => "[a-z]{95,110}",
+                ],
+                1..6,
+            ).prop_map(|parts| parts.concat()),
+        ) {
+            let taken = check_fast_path(plain_berts(), &word)?;
+            let lowered = word.to_ascii_lowercase();
+            let has_added = ["[cls]", "[unk]", "[mask]", "[pad]", "[sep]", "zork", "qz"]
+                .iter()
+                .any(|added| lowered.contains(added));
+            prop_assert!(taken || has_added, "declined {:?}", word);
+        }
+
+        /// Random printable ASCII text with spaces, tabs and line breaks, word by word through
+        /// the fast path, gives the tokens of one `encode`.
+        #[test]
+        fn ascii_text_word_by_word_is_one_encode(text in "[ -~\t\n]{0,300}") {
+            let expected = whole(&minilm().tokenizer, &text);
+            prop_assert_eq!(by_words(&text), expected.clone(), "cold: {:?}", text);
+            prop_assert_eq!(by_words(&text), expected, "remembered: {:?}", text);
         }
     }
 }
