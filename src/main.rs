@@ -8,6 +8,21 @@ use clap::{Parser, Subcommand};
 use lathe::cli;
 use lathe::config::{Config, ConfigOverrides, LogFormat};
 
+/// jemalloc: glibc's allocator was a fifth of a lexical ingest's CPU (BENCHMARKS.md, "jemalloc").
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options (its `malloc_conf` string, read once at its start; `_RJEM_MALLOC_CONF` in
+/// the environment is applied after it): freed pages go back to the system within a second,
+/// purged by jemalloc's own background thread rather than by the thread that frees, so an idle
+/// server keeps what it keeps with glibc.
+#[cfg(not(target_env = "msvc"))]
+#[export_name = "_rjem_malloc_conf"]
+#[allow(non_upper_case_globals)]
+pub static malloc_conf: &[u8; 60] =
+    b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 #[derive(Parser)]
 #[command(
     name = "lathe",
