@@ -37,7 +37,7 @@ pub fn validate_query(limits: &LimitsConfig, query: &RetrieveQuery) -> Result<()
 /// `top_k`: chunks are cut from the retrieved sections and only the best are packed, so filling a
 /// budget well takes several times its size in candidates (see README, "Budget-aware defaults",
 /// for the measurements).
-pub const SECTIONS_PER_BUDGET_SECTION: u32 = 8;
+pub const SECTIONS_PER_BUDGET_SECTION: u32 = 12;
 
 /// The least section text, in tokens, the coarse stage retrieves when the request sets no `top_k`:
 /// the chunk scores choose among at least this much text (8 sections of 1,024 tokens, 32 of 256),
@@ -327,19 +327,21 @@ mod tests {
         let depth = |requested, budget| resolve_top_k(requested, budget, 1024, &limits, 8);
         // Small budgets keep the server's default depth.
         assert_eq!(depth(None, 128), 8);
-        assert_eq!(depth(None, 1024), 8);
-        // Then eight sections per section's worth of budget, up to the limit.
-        assert_eq!(depth(None, 2048), 16);
-        assert_eq!(depth(None, 4096), 32);
-        assert_eq!(depth(None, 8192), 64);
+        assert_eq!(depth(None, 512), 8);
+        // Then twelve sections per section's worth of budget, up to the limit.
+        assert_eq!(depth(None, 1024), 12);
+        assert_eq!(depth(None, 2048), 24);
+        assert_eq!(depth(None, 4096), 48);
+        assert_eq!(depth(None, 8192), 96);
         assert_eq!(depth(None, 16384), limits.max_top_k);
         assert_eq!(depth(None, 32768), limits.max_top_k);
         // Smaller sections need more of them: the same text, at least 8,192 tokens of it, and
         // beyond the limit only as many as hold twice the budget.
         let small = |budget| resolve_top_k(None, budget, 256, &limits, 8);
         assert_eq!(small(128), 32);
-        assert_eq!(small(1024), 32);
-        assert_eq!(small(2048), 64);
+        assert_eq!(small(512), 32);
+        assert_eq!(small(1024), 48);
+        assert_eq!(small(2048), 96);
         assert_eq!(small(4096), limits.max_top_k);
         assert_eq!(small(8192), limits.max_top_k);
         assert_eq!(small(16384), 128);
