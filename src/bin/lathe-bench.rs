@@ -41,6 +41,7 @@ use tonic::transport::Channel;
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
 use lathe::client::{connect, serve_command, upload_in_batches};
+use lathe::dense::{to_stored, StoredElement};
 use lathe::embed::{Embedder, StaticEmbedder};
 use lathe::eval::percentile;
 use lathe::eval::report::{draw_axes, draw_legend, draw_line_with_markers};
@@ -802,7 +803,7 @@ fn dense_recall_at_10(
             let mut normalized = query.to_vec();
             lathe::embed::l2_normalize(&mut normalized);
             let found: Vec<u64> = graph
-                .search(&normalized, 10, dense.ef_search.max(10))
+                .search(&to_stored(&normalized), 10, dense.ef_search.max(10))
                 .iter()
                 .map(|neighbour| unit[neighbour.d_id].0)
                 .collect();
@@ -847,11 +848,12 @@ impl OneGraph {
 }
 
 /// One hnsw graph over all of `vectors` (slot = position), built as the index builds a merged
-/// segment: the index's graph parameters, batches of 10,000 inserted in parallel.
+/// segment: the index's graph parameters and stored form (half floats), batches of 10,000
+/// inserted in parallel.
 fn one_graph_over(
     vectors: &[(u64, Vec<f32>)],
     dense: &DenseIndexConfig,
-) -> hnsw_rs::hnsw::Hnsw<'static, f32, lathe::dense::UnitDotDistance> {
+) -> hnsw_rs::hnsw::Hnsw<'static, StoredElement, lathe::dense::UnitDotDistance> {
     let graph = hnsw_rs::hnsw::Hnsw::new(
         dense.max_nb_connection,
         vectors.len().max(1),
@@ -859,10 +861,14 @@ fn one_graph_over(
         dense.ef_construction,
         lathe::dense::UnitDotDistance,
     );
-    let slots: Vec<(&[f32], usize)> = vectors
+    let stored: Vec<Vec<StoredElement>> = vectors
+        .iter()
+        .map(|(_, vector)| to_stored(vector))
+        .collect();
+    let slots: Vec<(&[StoredElement], usize)> = stored
         .iter()
         .enumerate()
-        .map(|(slot, (_, vector))| (vector.as_slice(), slot))
+        .map(|(slot, vector)| (vector.as_slice(), slot))
         .collect();
     for batch in slots.chunks(10_000) {
         graph.parallel_insert_slice(&batch.to_vec());
@@ -1562,7 +1568,7 @@ mod tests {
             .collect();
         let graph = one_graph_over(&vectors, &DenseIndexConfig::new(2));
         for (slot, (_, vector)) in vectors.iter().enumerate() {
-            let found = graph.search(vector, 1, 64);
+            let found = graph.search(&to_stored(vector), 1, 64);
             assert_eq!(found[0].d_id, slot);
         }
     }

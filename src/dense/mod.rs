@@ -1,4 +1,5 @@
-//! Dense vector index: hnsw graphs (hnsw_rs) over unit vectors, in segments, with tombstones.
+//! Dense vector index: hnsw graphs (hnsw_rs) over unit vectors held as half floats (see
+//! [`StoredElement`]), in segments, with tombstones.
 //!
 //! # Layout
 //! A [`DenseIndex`] is a list of **sealed** segments and one **live** segment (the last), each an
@@ -33,6 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 use hnsw_rs::prelude::Distance;
 use rayon::prelude::*;
 
@@ -103,6 +106,7 @@ static SEARCH_WAIT_MAX_NANOS: AtomicU64 = AtomicU64::new(0);
 fn search_segment(
     segment: &Segment,
     unit: &[f32],
+    stored: &[StoredElement],
     k: usize,
     ef: usize,
     filter: &(dyn Fn(u64) -> bool + Sync),
@@ -116,7 +120,7 @@ fn search_segment(
     }
     segment
         .graph
-        .search_filter(unit, k, ef, Some(&accept))
+        .search_filter(stored, k, ef, Some(&accept))
         .iter()
         .filter(|neighbour| accept(&neighbour.d_id))
         .map(|neighbour| (segment.key(neighbour.d_id), 1.0 - neighbour.distance))
@@ -180,6 +184,8 @@ pub enum DenseError {
     Io { path: PathBuf, message: String },
     #[error("`{path}` is not a valid dense index file: {message}")]
     Corrupt { path: PathBuf, message: String },
+    #[error("`{path}` lists segments of format {version}, older than this build's")]
+    Outdated { path: PathBuf, version: u32 },
 }
 
 impl DenseError {
@@ -206,6 +212,43 @@ pub struct UnitDotDistance;
 impl Distance<f32> for UnitDotDistance {
     fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
         (1.0 - dot(a, b)).clamp(0.0, 2.0)
+    }
+}
+
+/// The graphs hold their vectors as IEEE half floats: half the memory of `f32` (512 bytes a
+/// 256-d vector, of the about 2.7 KB a point costs in an hnsw_rs graph), and for unit vectors an
+/// error of at most about 5e-4 per similarity, below the gaps between neighbours that decide a
+/// top 10 (see BENCHMARKS.md, "Half-float graph vectors").
+pub type StoredElement = f16;
+
+/// The stored form of unit vector `unit`.
+pub fn to_stored(unit: &[f32]) -> Vec<StoredElement> {
+    let mut stored = vec![f16::ZERO; unit.len()];
+    stored.convert_from_f32_slice(unit);
+    stored
+}
+
+/// The `f32` form of a stored vector.
+pub fn from_stored(stored: &[StoredElement]) -> Vec<f32> {
+    let mut unit = vec![0.0; stored.len()];
+    stored.convert_to_f32_slice(&mut unit);
+    unit
+}
+
+impl Distance<f16> for UnitDotDistance {
+    fn eval(&self, a: &[f16], b: &[f16]) -> f32 {
+        // Widened a block at a time on the stack (F16C where the CPU has it), then `dot`.
+        const BLOCK: usize = 64;
+        let mut wide_a = [0.0f32; BLOCK];
+        let mut wide_b = [0.0f32; BLOCK];
+        let mut sum = 0.0;
+        for (block_a, block_b) in a.chunks(BLOCK).zip(b.chunks(BLOCK)) {
+            let len = block_a.len().min(block_b.len());
+            block_a[..len].convert_to_f32_slice(&mut wide_a[..len]);
+            block_b[..len].convert_to_f32_slice(&mut wide_b[..len]);
+            sum += dot(&wide_a[..len], &wide_b[..len]);
+        }
+        (1.0 - sum).clamp(0.0, 2.0)
     }
 }
 
@@ -429,9 +472,9 @@ impl DenseIndex {
         &self,
         items: impl IntoIterator<Item = (u64, &'v [f32])>,
     ) -> Result<(), DenseError> {
-        let mut units: Vec<(u64, Vec<f32>)> = Vec::new();
+        let mut units: Vec<(u64, Vec<StoredElement>)> = Vec::new();
         for (id, vector) in items {
-            units.push((id, self.checked_unit_vector(id, vector)?));
+            units.push((id, to_stored(&self.checked_unit_vector(id, vector)?)));
         }
         if units.is_empty() {
             return Ok(());
@@ -448,13 +491,13 @@ impl DenseIndex {
             let batch = &units[start..end];
             let keys: Vec<u64> = batch.iter().map(|(id, _)| *id).collect();
             let first = live.reserve(&keys);
-            let graph_batch: Vec<(&[f32], usize)> = batch
+            let graph_batch: Vec<(&[StoredElement], usize)> = batch
                 .iter()
                 .enumerate()
-                .map(|(offset, (_, unit))| (unit.as_slice(), first + offset))
+                .map(|(offset, (_, vector))| (vector.as_slice(), first + offset))
                 .collect();
-            for &(unit, slot) in &graph_batch {
-                live.keep_vector(slot, unit);
+            for &(vector, slot) in &graph_batch {
+                live.keep_vector(slot, vector);
             }
             if graph_batch.len() == 1 {
                 live.graph.insert_slice(graph_batch[0]);
@@ -509,6 +552,7 @@ impl DenseIndex {
         }
         let mut unit = query.to_vec();
         l2_normalize(&mut unit);
+        let stored = to_stored(&unit);
         let ef = self.config.ef_search.max(k);
         let waiting = Instant::now();
         let segments = self.segments();
@@ -520,7 +564,7 @@ impl DenseIndex {
             .par_iter()
             .with_min_len(crate::cpu_pool::min_split_len())
             .filter(|segment| segment.live_count() > 0)
-            .flat_map_iter(|segment| search_segment(segment, &unit, k, ef, filter))
+            .flat_map_iter(|segment| search_segment(segment, &unit, &stored, k, ef, filter))
             .collect();
         hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         // A key being replaced can be live in two segments for an instant: keep its best.
@@ -661,19 +705,19 @@ impl DenseIndex {
     fn build_merged_segment(
         &self,
         sources: &[(u64, Location)],
-        vectors: Vec<Vec<f32>>,
+        vectors: Vec<Vec<StoredElement>>,
     ) -> Arc<Segment> {
         let id = self.writer_side().next_id();
         let merged = Arc::new(Segment::empty(id, &self.config, sources.len()));
         let keys: Vec<u64> = sources.iter().map(|(key, _)| *key).collect();
         merged.reserve(&keys);
-        let batch: Vec<(&[f32], usize)> = vectors
+        let batch: Vec<(&[StoredElement], usize)> = vectors
             .iter()
             .enumerate()
             .map(|(slot, vector)| (vector.as_slice(), slot))
             .collect();
-        for &(unit, slot) in &batch {
-            merged.keep_vector(slot, unit);
+        for &(vector, slot) in batch.iter().take(EXHAUSTIVE_SEARCH_SLOTS) {
+            merged.keep_vector(slot, vector);
         }
         merged.graph.parallel_insert_slice(&batch);
         merged
@@ -743,7 +787,7 @@ impl DenseIndex {
         let mut live = Vec::with_capacity(self.len());
         for segment in self.segments().iter() {
             for (slot, vector) in segment.live_vectors() {
-                live.push((segment.key(slot), vector));
+                live.push((segment.key(slot), from_stored(&vector)));
             }
         }
         live
@@ -913,6 +957,10 @@ fn read_listed_manifest(dir: &Path, dim: usize) -> (Manifest, u64) {
             (Manifest::default(), 0)
         }
         Ok(None) => (Manifest::default(), 0),
+        Err(error @ DenseError::Outdated { .. }) => {
+            tracing::warn!(dir = %dir.display(), %error, "rebuilding the dense segments from the stored vectors, once");
+            (Manifest::default(), 0)
+        }
         Err(error) => {
             tracing::error!(dir = %dir.display(), %error, "the dense manifest is damaged; rebuilding the dense segments from the stored vectors");
             (Manifest::default(), 1)
@@ -1065,9 +1113,9 @@ fn mark_live_keys(segments: &[Arc<Segment>], live_keys: &HashSet<u64>) -> HashMa
 }
 
 /// The live vectors of the `chosen` segments, each with its key and where it was read.
-fn read_live_vectors(chosen: &[Arc<Segment>]) -> (Vec<(u64, Location)>, Vec<Vec<f32>>) {
+fn read_live_vectors(chosen: &[Arc<Segment>]) -> (Vec<(u64, Location)>, Vec<Vec<StoredElement>>) {
     let mut sources: Vec<(u64, Location)> = Vec::new();
-    let mut vectors: Vec<Vec<f32>> = Vec::new();
+    let mut vectors: Vec<Vec<StoredElement>> = Vec::new();
     for segment in chosen {
         for (slot, vector) in segment.live_vectors() {
             sources.push((segment.key(slot), (Arc::clone(segment), slot)));
@@ -1120,6 +1168,15 @@ mod tests {
             .collect()
     }
 
+    /// Unit vector `v` as the index holds it (rounded to half floats): the reference the exact
+    /// scan of a small segment must match.
+    fn as_stored(v: &[f32]) -> Vec<f32> {
+        let mut unit = v.to_vec();
+        l2_normalize(&mut unit);
+        from_stored(&to_stored(&unit))
+    }
+
+    /// The `k` best ids by exact similarity to what the index stores.
     fn exact_top(
         vectors: &[Vec<f32>],
         query: &[f32],
@@ -1130,7 +1187,7 @@ mod tests {
             .iter()
             .enumerate()
             .filter(|(id, _)| !skip(*id as u64))
-            .map(|(id, v)| (id as u64, dot(v, query)))
+            .map(|(id, v)| (id as u64, dot(&as_stored(v), query)))
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1));
         scored.into_iter().take(k).map(|(id, _)| id).collect()
@@ -1153,7 +1210,8 @@ mod tests {
                 .search(&vectors[query_id], 5, &|_| true)
                 .expect("dim ok");
             assert_eq!(hits[0].0, query_id as u64);
-            assert!((hits[0].1 - 1.0).abs() < 1e-5);
+            // Itself, up to half-float rounding (at most about 5e-4 for a unit vector).
+            assert!((hits[0].1 - 1.0).abs() < 1e-3, "{}", hits[0].1);
             let ids: Vec<u64> = hits.iter().map(|h| h.0).collect();
             assert_eq!(ids, exact_top(&vectors, &vectors[query_id], 5, &|_| false));
         }
@@ -1348,7 +1406,7 @@ mod tests {
             l2_normalize(&mut unit);
             for (hit, id) in got.iter().zip(&wanted) {
                 assert!(
-                    (hit.1 - dot(&vectors[*id as usize], &unit)).abs() < 1e-5,
+                    (hit.1 - dot(&as_stored(&vectors[*id as usize]), &unit)).abs() < 1e-5,
                     "{got:?} vs {wanted:?}"
                 );
             }
@@ -1422,13 +1480,37 @@ mod tests {
         assert_eq!(reopened.counters().inserted, 0);
     }
 
+    /// A folder holding `vectors` (keys 0..) in sealed segments of 100, the index closed.
+    fn sealed_index_dir(vectors: &[Vec<f32>]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = persisted_index(dir.path(), vectors, 100);
+        index.seal();
+        drop(index);
+        dir
+    }
+
+    /// Inserts the `missing` keys again, as the caller of `open` does, then checks that every
+    /// vector is found as its own nearest.
+    fn insert_missing_and_find_each(index: &DenseIndex, missing: &[u64], vectors: &[Vec<f32>]) {
+        index
+            .insert_many(
+                missing
+                    .iter()
+                    .map(|id| (*id, vectors[*id as usize].as_slice())),
+            )
+            .expect("inserts");
+        for (id, query) in vectors.iter().enumerate() {
+            assert_eq!(
+                index.search(query, 1, &|_| true).expect("ok")[0].0,
+                id as u64
+            );
+        }
+    }
+
     #[test]
     fn a_damaged_segment_is_dropped_and_its_live_keys_come_back_as_missing() {
         let vectors = random_vectors(200, 16, 6);
-        let dir = tempfile::tempdir().expect("tempdir");
-        let index = persisted_index(dir.path(), &vectors, 100);
-        index.seal();
-        drop(index);
+        let dir = sealed_index_dir(&vectors);
         let data = dir.path().join("seg-0.hnsw.data");
         let mut bytes = std::fs::read(&data).expect("dumped");
         let middle = bytes.len() / 2;
@@ -1440,24 +1522,60 @@ mod tests {
         assert_eq!(missing, (0..100).collect::<Vec<u64>>());
         assert_eq!(reopened.counters().damaged_segments, 1);
         assert!(!data.exists(), "the damaged segment's files are removed");
-        // The caller inserts the missing vectors again: every key is found as its own nearest.
-        reopened
-            .insert_many(
-                missing
-                    .iter()
-                    .map(|id| (*id, vectors[*id as usize].as_slice())),
-            )
-            .expect("inserts");
-        for (id, query) in vectors.iter().enumerate() {
-            assert_eq!(
-                reopened.search(query, 1, &|_| true).expect("ok")[0].0,
-                id as u64
-            );
-        }
+        insert_missing_and_find_each(&reopened, &missing, &vectors);
         drop(reopened);
         // The manifest no longer lists it: a second open finds nothing damaged.
         let (again, _) = reopen(dir.path(), 16, 100, 0..200);
         assert_eq!(again.counters().damaged_segments, 0);
+    }
+
+    #[test]
+    fn an_index_of_an_older_format_is_rebuilt_from_the_stored_vectors_not_counted_damaged() {
+        let vectors = random_vectors(200, 16, 12);
+        let dir = sealed_index_dir(&vectors);
+        // What a build with `f32` graphs left: its manifest says format 1.
+        let manifest_path = dir.path().join(persist::MANIFEST_FILE);
+        let mut manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+        manifest["version"] = 1.into();
+        std::fs::write(&manifest_path, manifest.to_string()).unwrap();
+
+        let (reopened, mut missing) = reopen(dir.path(), 16, 100, 0..200);
+        missing.sort_unstable();
+        assert_eq!(
+            missing,
+            (0..200).collect::<Vec<u64>>(),
+            "every key replayed"
+        );
+        assert_eq!(reopened.counters().damaged_segments, 0);
+        assert!(
+            !dir.path().join("seg-0.hnsw.data").exists(),
+            "the old segments' files are removed"
+        );
+        insert_missing_and_find_each(&reopened, &missing, &vectors);
+        reopened.seal();
+        drop(reopened);
+        let (again, missing) = reopen(dir.path(), 16, 100, 0..200);
+        assert!(missing.is_empty(), "sealed in the current format");
+        insert_missing_and_find_each(&again, &missing, &vectors);
+    }
+
+    #[test]
+    fn half_float_similarity_is_within_rounding_of_the_f32_one() {
+        // Dimensions below, at and past the widening block, and the models' 256 and 384.
+        for dim in [1, 7, 64, 100, 256, 384] {
+            let vectors = random_vectors(50, dim, dim as u64 + 20);
+            for pair in vectors.windows(2) {
+                let exact = 1.0 - dot(&pair[0], &pair[1]);
+                let half = UnitDotDistance.eval(&to_stored(&pair[0]), &to_stored(&pair[1]));
+                assert!(
+                    (half - exact.clamp(0.0, 2.0)).abs() < 1e-3,
+                    "{dim}: {half} vs {exact}"
+                );
+            }
+            let itself = UnitDotDistance.eval(&to_stored(&vectors[0]), &to_stored(&vectors[0]));
+            assert!((0.0..1e-3).contains(&itself), "{dim}: {itself}");
+        }
     }
 
     #[test]

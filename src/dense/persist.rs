@@ -15,7 +15,8 @@ use super::segment::{Graph, Segment};
 use super::DenseError;
 
 pub const MANIFEST_FILE: &str = "manifest.json";
-pub const MANIFEST_VERSION: u32 = 1;
+/// 2: graphs of half floats (1 held `f32`; its segments are rebuilt from the stored vectors).
+pub const MANIFEST_VERSION: u32 = 2;
 const SEGMENT_PREFIX: &str = "seg-";
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -59,6 +60,12 @@ pub fn read_manifest(dir: &Path) -> Result<Option<Manifest>, DenseError> {
     };
     let manifest: Manifest = serde_json::from_slice(&bytes)
         .map_err(|error| DenseError::corrupt(&path, error.to_string()))?;
+    if manifest.version < MANIFEST_VERSION {
+        return Err(DenseError::Outdated {
+            path,
+            version: manifest.version,
+        });
+    }
     if manifest.version != MANIFEST_VERSION {
         return Err(DenseError::corrupt(
             &path,
@@ -191,7 +198,7 @@ pub fn load_segment(dir: &Path, entry: &SegmentEntry, dim: usize) -> Result<Segm
 /// once per loaded segment, to give the graph a `'static` lifetime. Mapping the data would need
 /// the two kept together (and the files kept until the graph is dropped).
 fn load_graph(loader: Box<HnswIo>) -> anyhow::Result<Graph> {
-    Box::leak(loader).load_hnsw::<f32, super::UnitDotDistance>()
+    Box::leak(loader).load_hnsw::<super::StoredElement, super::UnitDotDistance>()
 }
 
 /// Removes the files of segments the manifest does not list (and a stray temporary manifest).

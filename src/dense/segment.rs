@@ -9,10 +9,12 @@ use std::sync::OnceLock;
 
 use hnsw_rs::prelude::Hnsw;
 
-use super::{DenseIndexConfig, UnitDotDistance, EXHAUSTIVE_SEARCH_SLOTS};
+use super::{
+    from_stored, DenseIndexConfig, StoredElement, UnitDotDistance, EXHAUSTIVE_SEARCH_SLOTS,
+};
 
 /// The graph of one segment: built here (`'static`, owns its data) or loaded from a dump.
-pub type Graph = Hnsw<'static, f32, UnitDotDistance>;
+pub type Graph = Hnsw<'static, StoredElement, UnitDotDistance>;
 
 pub struct Segment {
     /// Unique within the index, never reused: names the segment's files.
@@ -80,11 +82,12 @@ impl Segment {
         segment
     }
 
-    /// Keeps `slot`'s unit vector for the exact scan (a no-op past the first
-    /// [`EXHAUSTIVE_SEARCH_SLOTS`] slots); call before the slot goes live.
-    pub fn keep_vector(&self, slot: usize, unit: &[f32]) {
+    /// Keeps `slot`'s vector, widened, for the exact scan (a no-op past the first
+    /// [`EXHAUSTIVE_SEARCH_SLOTS`] slots); call before the slot goes live. The scan reads the
+    /// stored values, as the graph does, whether the segment was built here or loaded.
+    pub fn keep_vector(&self, slot: usize, stored: &[StoredElement]) {
         if let Some(cell) = self.small_vectors.get(slot) {
-            let _ = cell.set(unit.into());
+            let _ = cell.set(from_stored(stored).into_boxed_slice());
         }
     }
 
@@ -186,8 +189,8 @@ impl Segment {
         (0..self.reserved()).map(|slot| self.key(slot)).collect()
     }
 
-    /// Copies of the live vectors with their slots.
-    pub fn live_vectors(&self) -> Vec<(usize, Vec<f32>)> {
+    /// Copies of the live vectors with their slots, as stored.
+    pub fn live_vectors(&self) -> Vec<(usize, Vec<StoredElement>)> {
         let mut live = Vec::with_capacity(self.live_count());
         // hnsw_rs's point iterator unwraps the entry point: only walk a non-empty graph.
         if self.graph.get_nb_point() == 0 {
