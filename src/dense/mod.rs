@@ -611,10 +611,14 @@ impl DenseIndex {
             .find(|same| same.len() >= TIER_MERGE_FACTOR)
             .map(|same| same[0]);
         if let Some(full_tier) = full_tier {
+            // Four at a time, the oldest first: an open that replayed many segments (a damaged
+            // manifest, an older format) merges them up tier by tier, into the layout writes
+            // build, not into one graph of everything.
             return Some(
                 sealed
                     .iter()
                     .filter(|s| tier(s.live_count(), seal) == full_tier)
+                    .take(TIER_MERGE_FACTOR)
                     .map(|s| s.id)
                     .collect(),
             );
@@ -1588,6 +1592,30 @@ mod tests {
         assert_eq!(tier(400, seal), 1);
         assert_eq!(tier(401, seal), 2);
         assert_eq!(tier(usize::MAX, 1), 32);
+    }
+
+    #[test]
+    fn many_segments_of_one_tier_merge_four_at_a_time_oldest_first() {
+        let vectors = random_vectors(900, 16, 13);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = persisted_index(dir.path(), &vectors, 100);
+        assert_eq!(index.sealed_segments().len(), 9);
+        for expected in [vec![0, 1, 2, 3], vec![4, 5, 6, 7]] {
+            let chosen = index.segments_to_merge().expect("a full tier");
+            assert_eq!(chosen, expected);
+            assert!(index.try_start_merge());
+            index.merge_segments(&chosen).expect("merges");
+        }
+        // Two of tier 1 and one of tier 0: the layout writes would have built.
+        let mut sizes: Vec<usize> = index
+            .sealed_segments()
+            .iter()
+            .map(|s| s.live_count())
+            .collect();
+        sizes.sort_unstable();
+        assert_eq!(sizes, [100, 400, 400]);
+        assert!(index.segments_to_merge().is_none());
+        insert_missing_and_find_each(&index, &[], &vectors);
     }
 
     #[test]

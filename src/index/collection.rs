@@ -158,7 +158,12 @@ impl CollectionIndex {
             reader,
             fields,
             snapshot: Arc::clone(&snapshot),
-            dense: dense.clone().map(DenseUpkeep::new),
+            dense: dense.clone().map(|dense| {
+                let upkeep = DenseUpkeep::new(dense);
+                // What the open replayed may call for merges.
+                upkeep.start_merge_if_due();
+                upkeep
+            }),
             commit_seqlock: Arc::clone(&commit_seqlock),
             waiters: Vec::new(),
             dirty_since: None,

@@ -132,7 +132,10 @@ impl DenseUpkeep {
 
     /// Merges the sealed segments that call for it on a thread of its own: a merge rebuilds
     /// graphs (seconds per ten thousand vectors) and must hold up neither the writer nor queries.
-    fn start_merge_if_due(&self) {
+    /// The thread goes on while merges are due, so the segments an open replayed (after kill -9,
+    /// a damaged segment, or an index of an older format: every vector) or a burst of writes
+    /// sealed are merged down to their tiers without waiting for another write.
+    pub fn start_merge_if_due(&self) {
         let Some(ids) = self.dense.segments_to_merge() else {
             return;
         };
@@ -143,8 +146,16 @@ impl DenseUpkeep {
         let spawned = std::thread::Builder::new()
             .name("lathe-dense-merge".to_string())
             .spawn(move || {
-                if let Err(error) = dense.merge_segments(&ids) {
-                    tracing::error!(%error, "merging dense segments failed; they stay as they were");
+                let mut ids = ids;
+                loop {
+                    if let Err(error) = dense.merge_segments(&ids) {
+                        tracing::error!(%error, "merging dense segments failed; they stay as they were");
+                        return;
+                    }
+                    match dense.segments_to_merge() {
+                        Some(next) if dense.try_start_merge() => ids = next,
+                        _ => return,
+                    }
                 }
             });
         if let Err(error) = spawned {
@@ -383,6 +394,36 @@ mod tests {
             [0.0, 0.0, 0.0, 1.0],
             section_key("d", 0, 1),
         );
+    }
+
+    #[test]
+    fn an_open_that_finds_a_full_tier_merges_it_without_waiting_for_a_write() {
+        let data_dir = tempfile::tempdir().unwrap();
+        let path = data_dir.path().join("index");
+        // Four clean closes, each sealing a segment of one vector: a full tier, which no
+        // commit saw (the fourth is sealed by the last close).
+        let axes = [
+            [1.0, 0.0, 0.0, 0.0],
+            [0.0, 1.0, 0.0, 0.0],
+            [0.0, 0.0, 1.0, 0.0],
+            [0.0, 0.0, 0.0, 1.0],
+        ];
+        for (doc, axis) in ["a", "b", "c", "d"].into_iter().zip(axes) {
+            let index = open_dense(&path, 4).unwrap();
+            write_and_wait(&index, vec![with_vector(doc, 1, axis)]);
+            drop(index);
+        }
+        let index = open_dense(&path, 4).unwrap();
+        assert_eq!(index.dense_counters().unwrap().loaded_segments, 4);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while index.dense_counters().unwrap().merges == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no merge within 60 s of the open"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_every_section_has_its_vector(&index, 4, axes[3], section_key("d", 0, 1));
     }
 
     #[test]
