@@ -136,26 +136,20 @@ impl DenseUpkeep {
     /// a damaged segment, or an index of an older format: every vector) or a burst of writes
     /// sealed are merged down to their tiers without waiting for another write.
     pub fn start_merge_if_due(&self) {
-        let Some(ids) = self.dense.segments_to_merge() else {
+        let Some(mut ids) = claim_due_merge(&self.dense) else {
             return;
         };
-        if !self.dense.try_start_merge() {
-            return;
-        }
         let dense = Arc::clone(&self.dense);
         let spawned = std::thread::Builder::new()
             .name("lathe-dense-merge".to_string())
-            .spawn(move || {
-                let mut ids = ids;
-                loop {
-                    if let Err(error) = dense.merge_segments(&ids) {
-                        tracing::error!(%error, "merging dense segments failed; they stay as they were");
-                        return;
-                    }
-                    match dense.segments_to_merge() {
-                        Some(next) if dense.try_start_merge() => ids = next,
-                        _ => return,
-                    }
+            .spawn(move || loop {
+                if let Err(error) = dense.merge_segments(&ids) {
+                    tracing::error!(%error, "merging dense segments failed; they stay as they were");
+                    return;
+                }
+                match claim_due_merge(&dense) {
+                    Some(next) => ids = next,
+                    None => return,
                 }
             });
         if let Err(error) = spawned {
@@ -163,6 +157,13 @@ impl DenseUpkeep {
             self.dense.abandon_merge();
         }
     }
+}
+
+/// The segments due a merge, with the right to merge them claimed; `None` when none is due or
+/// a merge runs.
+fn claim_due_merge(dense: &DenseIndex) -> Option<Vec<u64>> {
+    let ids = dense.segments_to_merge()?;
+    dense.try_start_merge().then_some(ids)
 }
 
 /// Opens the dense index whose sealed segments `loaded` holds ([`DenseIndex::load`], run while
