@@ -5,8 +5,8 @@
 //! folder, takes the live section keys from tantivy's `section_key` fast field (no stored bytes
 //! decoded), treats every sealed key not live as a tombstone, and inserts again only the live
 //! sections found in no sealed segment (written after the last seal, e.g. before a kill -9, or
-//! in a segment found damaged), decoding just their stored vectors. So after a crash the lexical
-//! and dense indexes agree by construction.
+//! in a segment found damaged), decoding just their stored vectors, one live segment's worth at
+//! a time. So after a crash the lexical and dense indexes agree by construction.
 //!
 //! Afterwards the writer notes each write in a [`DenseUpkeep`] and applies them at commit, after
 //! tantivy's commit and before the new snapshot is swapped in: the replaced and deleted
@@ -191,21 +191,26 @@ pub fn open_dense_index(
     let replayed = if missing.is_empty() {
         0
     } else {
-        let vectors = stored_vectors(
+        // One live segment's worth at a time: a replay of a whole index (an upgrade of its
+        // format, a lost manifest) holds one batch of decoded vectors, not all of them.
+        let batch = dense.config().seal_vectors.max(1);
+        replay_stored_vectors(
             snapshot,
             fields,
             dim,
             &missing.into_iter().collect(),
             integrity,
-        )?;
-        dense
-            .insert_many(
-                vectors
-                    .iter()
-                    .map(|(key, vector)| (*key, vector.as_slice())),
-            )
-            .map_err(|e| LatheError::internal(format!("dense index: {e}")))?;
-        vectors.len()
+            batch,
+            |vectors| {
+                dense
+                    .insert_many(
+                        vectors
+                            .iter()
+                            .map(|(key, vector)| (*key, vector.as_slice())),
+                    )
+                    .map_err(|e| LatheError::internal(format!("dense index: {e}")))
+            },
+        )?
     };
     let counters = dense.counters();
     tracing::info!(
@@ -220,15 +225,19 @@ pub fn open_dense_index(
     Ok(dense)
 }
 
-/// The stored vectors of the live sections whose keys are in `wanted` (only those are decoded).
-fn stored_vectors(
+/// Hands `insert` the stored vectors of the live sections whose keys are in `wanted` (only those
+/// are decoded), `batch` at a time, in index order; returns how many it handed over.
+fn replay_stored_vectors(
     snapshot: &Snapshot,
     fields: &SectionFields,
     dim: usize,
     wanted: &HashSet<u64>,
     integrity: &Integrity,
-) -> Result<Vec<KeyedVector>> {
-    let mut vectors: Vec<KeyedVector> = Vec::with_capacity(wanted.len());
+    batch: usize,
+    mut insert: impl FnMut(&[KeyedVector]) -> Result<()>,
+) -> Result<usize> {
+    let mut vectors: Vec<KeyedVector> = Vec::with_capacity(batch.min(wanted.len()));
+    let mut replayed = 0;
     let searcher = &snapshot.searcher;
     for (segment_ord, segment) in searcher.segment_readers().iter().enumerate() {
         let keys = segment.fast_fields().u64("section_key")?;
@@ -248,7 +257,14 @@ fn stored_vectors(
                     })
                 });
             match section {
-                Ok((key, Some(vector))) if vector.len() == dim => vectors.push((key, vector)),
+                Ok((key, Some(vector))) if vector.len() == dim => {
+                    vectors.push((key, vector));
+                    if vectors.len() == batch {
+                        insert(&vectors)?;
+                        replayed += vectors.len();
+                        vectors.clear();
+                    }
+                }
                 Ok(_) => {}
                 Err(why) => {
                     let document = stored_document_id(searcher, address)
@@ -258,13 +274,18 @@ fn stored_vectors(
             }
         }
     }
-    Ok(vectors)
+    if !vectors.is_empty() {
+        insert(&vectors)?;
+        replayed += vectors.len();
+    }
+    Ok(replayed)
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::testing::{document, open_dense, vector_bytes, write_and_wait};
     use super::super::{section_key, CollectionIndex, WriteOp};
+    use super::*;
     use crate::types::{DenseStats, Filter};
 
     /// A one-section document at `version` whose section vector is `vector`.
@@ -364,6 +385,41 @@ mod tests {
         );
         drop(index);
         path
+    }
+
+    #[test]
+    fn a_replay_hands_over_each_wanted_vector_once_a_batch_at_a_time() {
+        let data_dir = tempfile::tempdir().unwrap();
+        let index = open_dense(&data_dir.path().join("index"), 4).unwrap();
+        let docs = ["a", "b", "c", "d", "e"];
+        let ops = docs
+            .iter()
+            .zip(1u8..)
+            .map(|(doc, i)| with_vector(doc, 1, [f32::from(i), 1.0, 0.0, 0.0]))
+            .collect();
+        write_and_wait(&index, ops);
+        // Every section but e's is wanted.
+        let wanted: HashSet<u64> = docs[..4].iter().map(|doc| section_key(doc, 0, 1)).collect();
+        let mut batches: Vec<Vec<u64>> = Vec::new();
+        let integrity = Integrity::opening("replay");
+        let replayed = replay_stored_vectors(
+            &index.snapshot(),
+            &index.fields,
+            4,
+            &wanted,
+            &integrity,
+            3,
+            |vectors| {
+                batches.push(vectors.iter().map(|(key, _)| *key).collect());
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(replayed, 4);
+        assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), [3, 1]);
+        let handed: HashSet<u64> = batches.concat().into_iter().collect();
+        assert_eq!(handed, wanted);
+        assert_eq!(integrity.damage(), None);
     }
 
     #[test]
