@@ -194,6 +194,11 @@ pub fn open_dense_index(
         // One live segment's worth at a time: a replay of a whole index (an upgrade of its
         // format, a lost manifest) holds one batch of decoded vectors, not all of them.
         let batch = dense.config().seal_vectors.max(1);
+        // A whole index takes minutes (a million vectors about three on 2 cores): say so.
+        tracing::info!(
+            vectors = missing.len(),
+            "dense index: inserting the stored vectors of the sections in no sealed segment"
+        );
         replay_stored_vectors(
             snapshot,
             fields,
