@@ -264,9 +264,9 @@ fn replay_stored_vectors(
             match section {
                 Ok((key, Some(vector))) if vector.len() == dim => {
                     vectors.push((key, vector));
+                    replayed += 1;
                     if vectors.len() == batch {
                         insert(&vectors)?;
-                        replayed += vectors.len();
                         vectors.clear();
                     }
                 }
@@ -281,7 +281,6 @@ fn replay_stored_vectors(
     }
     if !vectors.is_empty() {
         insert(&vectors)?;
-        replayed += vectors.len();
     }
     Ok(replayed)
 }
