@@ -10,6 +10,8 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
+use crate::dense::TIER_MERGE_FACTOR;
+
 /// The documented default configuration, embedded in the binary.
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("../deploy/lathe.toml");
 
@@ -140,6 +142,9 @@ pub struct DenseConfig {
     /// million sections open in 9–13 s instead of 14–16 s, and hold about 350 MiB more (the
     /// loads' interleaved allocations); 1 loads them one at a time.
     pub load_threads: usize,
+    /// Vectors a background merge may build one sealed segment of (0: no limit). A lower limit
+    /// keeps more, smaller graphs: higher recall against exact search, slower searches.
+    pub max_segment_vectors: usize,
 }
 
 /// Largest `dense.load_threads`.
@@ -155,6 +160,7 @@ impl Default for DenseConfig {
             rebuild_dead_share: 0.25,
             ef_search: 128,
             load_threads: 0,
+            max_segment_vectors: 0,
         }
     }
 }
@@ -527,6 +533,15 @@ impl Config {
             ),
         )?;
         check(
+            self.dense.max_segment_vectors == 0
+                || self.dense.max_segment_vectors
+                    >= TIER_MERGE_FACTOR.saturating_mul(self.dense.seal_vectors),
+            &format!(
+                "dense.max_segment_vectors must be 0 (no limit) or at least \
+                 {TIER_MERGE_FACTOR} × dense.seal_vectors"
+            ),
+        )?;
+        check(
             self.storage.commit_interval_ms >= 1,
             "storage.commit_interval_ms must be at least 1",
         )?;
@@ -719,6 +734,17 @@ mod tests {
             "{error}"
         );
         assert!(Config::from_toml("[dense]\nload_threads = 1\n").is_ok());
+        let error = Config::from_toml("[dense]\nseal_vectors = 100\nmax_segment_vectors = 399\n")
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("dense.max_segment_vectors must be 0 (no limit) or at least 4"),
+            "{error}"
+        );
+        assert!(
+            Config::from_toml("[dense]\nseal_vectors = 100\nmax_segment_vectors = 400\n").is_ok()
+        );
         for tokens in [255, 65_537] {
             let error =
                 Config::from_toml(&format!("[models]\ninference_batch_tokens = {tokens}\n"))

@@ -53,7 +53,7 @@ const TIERED_MERGE_WIDTH: usize = 4;
 /// many times the vectors of the tier below, so a collection of `n` vectors keeps at most
 /// `(factor - 1)` segments per tier, about `3 log4(n / seal_vectors)` in all, and each vector is
 /// rebuilt into a graph about `log4(n / seal_vectors)` times over its life.
-const TIER_MERGE_FACTOR: usize = 4;
+pub const TIER_MERGE_FACTOR: usize = 4;
 
 /// The tier of a segment of `live` vectors: 0 up to `seal_vectors` (a sealed live segment), then
 /// the least `t` with `live <= seal_vectors * TIER_MERGE_FACTOR^t`.
@@ -154,6 +154,9 @@ pub struct DenseIndexConfig {
     pub rebuild_dead_share: f32,
     /// Sealed segments [`DenseIndex::load`] loads at once (0: one per core).
     pub load_threads: usize,
+    /// Vectors a merge may build one segment of (0: no limit). Past it, segments stay side by
+    /// side: a search walks more graphs, each smaller, and finds more of the exact neighbours.
+    pub max_segment_vectors: usize,
 }
 
 impl DenseIndexConfig {
@@ -167,6 +170,7 @@ impl DenseIndexConfig {
             seal_vectors: 20_000,
             rebuild_dead_share: 0.25,
             load_threads: 0,
+            max_segment_vectors: 0,
         }
     }
 }
@@ -594,6 +598,7 @@ impl DenseIndex {
     /// segments of the lowest tier holding [`TIER_MERGE_FACTOR`] or more (see [`tier`]), so that
     /// segments grow by that factor (a search walks one graph per segment, and one large graph
     /// costs far less than many small ones); else, past [`MAX_SEALED_SEGMENTS`], the smallest.
+    /// Segments of more than a `TIER_MERGE_FACTOR`th of `max_segment_vectors` merge no more.
     pub fn segments_to_merge(&self) -> Option<Vec<u64>> {
         let sealed = self.sealed_segments();
         let dead: Vec<u64> = sealed
@@ -605,7 +610,17 @@ impl DenseIndex {
             return Some(dead);
         }
         let seal = self.config.seal_vectors;
-        let mut tiers: Vec<usize> = sealed.iter().map(|s| tier(s.live_count(), seal)).collect();
+        // A segment a merge of `TIER_MERGE_FACTOR` could not take without passing the cap is
+        // left out of both rules below: it is as large as segments grow.
+        let cap = self.config.max_segment_vectors;
+        let mergeable: Vec<&Arc<Segment>> = sealed
+            .iter()
+            .filter(|s| cap == 0 || s.live_count() <= cap / TIER_MERGE_FACTOR)
+            .collect();
+        let mut tiers: Vec<usize> = mergeable
+            .iter()
+            .map(|s| tier(s.live_count(), seal))
+            .collect();
         tiers.sort_unstable();
         let full_tier = tiers
             .chunk_by(|a, b| a == b)
@@ -616,7 +631,7 @@ impl DenseIndex {
             // manifest, an older format) merges them up tier by tier, into the layout writes
             // build, not into one graph of everything.
             return Some(
-                sealed
+                mergeable
                     .iter()
                     .filter(|s| tier(s.live_count(), seal) == full_tier)
                     .take(TIER_MERGE_FACTOR)
@@ -624,8 +639,8 @@ impl DenseIndex {
                     .collect(),
             );
         }
-        if sealed.len() > MAX_SEALED_SEGMENTS {
-            let mut by_size: Vec<&Arc<Segment>> = sealed.iter().collect();
+        if mergeable.len() > MAX_SEALED_SEGMENTS {
+            let mut by_size = mergeable;
             by_size.sort_by_key(|s| s.live_count());
             return Some(
                 by_size
@@ -946,6 +961,16 @@ fn validate(config: &DenseIndexConfig) -> Result<(), DenseError> {
             message: format!(
                 "must lie in 1..={MAX_SEAL_VECTORS}, got {}",
                 config.seal_vectors
+            ),
+        });
+    }
+    let least_cap = config.seal_vectors.saturating_mul(TIER_MERGE_FACTOR);
+    if config.max_segment_vectors != 0 && config.max_segment_vectors < least_cap {
+        return Err(DenseError::InvalidConfig {
+            name: "max_segment_vectors",
+            message: format!(
+                "must be 0 (no limit) or at least {TIER_MERGE_FACTOR} × seal_vectors = {least_cap}, got {}",
+                config.max_segment_vectors
             ),
         });
     }
@@ -1617,6 +1642,56 @@ mod tests {
         assert_eq!(sizes, [100, 400, 400]);
         assert!(index.segments_to_merge().is_none());
         insert_missing_and_find_each(&index, &[], &vectors);
+    }
+
+    /// Runs every merge `segments_to_merge` asks for; the sizes of the segments left, sorted.
+    fn merge_until_done(index: &DenseIndex) -> Vec<usize> {
+        while let Some(chosen) = index.segments_to_merge() {
+            assert!(index.try_start_merge());
+            index.merge_segments(&chosen).expect("merges");
+        }
+        let mut sizes: Vec<usize> = index
+            .sealed_segments()
+            .iter()
+            .map(|s| s.live_count())
+            .collect();
+        sizes.sort_unstable();
+        sizes
+    }
+
+    #[test]
+    fn merges_stop_at_max_segment_vectors() {
+        let vectors = random_vectors(1_700, 16, 17);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = DenseIndexConfig::new(16);
+        config.seal_vectors = 100;
+        config.max_segment_vectors = 400;
+        let (index, _) = DenseIndex::open(dir.path(), config, &HashSet::new()).expect("opens");
+        index
+            .insert_many((vectors.iter().enumerate()).map(|(id, v)| (id as u64, v.as_slice())))
+            .expect("inserts");
+        assert_eq!(index.sealed_segments().len(), 17);
+        // Four of 400 would make 1,600, past the cap; without it they merge (below).
+        assert_eq!(merge_until_done(&index), [100, 400, 400, 400, 400]);
+        insert_missing_and_find_each(&index, &[], &vectors);
+
+        let uncapped = tempfile::tempdir().expect("tempdir");
+        let index = persisted_index(uncapped.path(), &vectors, 100);
+        assert_eq!(merge_until_done(&index), [100, 1_600]);
+    }
+
+    #[test]
+    fn a_cap_below_one_merge_of_sealed_segments_is_refused() {
+        let mut config = DenseIndexConfig::new(16);
+        config.seal_vectors = 100;
+        config.max_segment_vectors = 399;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Err(error) = DenseIndex::open(dir.path(), config.clone(), &HashSet::new()) else {
+            panic!("a cap of 399 with seal_vectors 100 was accepted");
+        };
+        assert!(error.to_string().contains("max_segment_vectors"), "{error}");
+        config.max_segment_vectors = 400;
+        assert!(DenseIndex::open(dir.path(), config, &HashSet::new()).is_ok());
     }
 
     #[test]

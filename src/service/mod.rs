@@ -86,6 +86,7 @@ impl Engine {
             dense.rebuild_dead_share = config.dense.rebuild_dead_share;
             dense.ef_search = config.dense.ef_search;
             dense.load_threads = config.dense.load_threads;
+            dense.max_segment_vectors = config.dense.max_segment_vectors;
             dense
         });
         let storage = &config.storage;
