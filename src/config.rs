@@ -10,8 +10,6 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
-use crate::dense::TIER_MERGE_FACTOR;
-
 /// The documented default configuration, embedded in the binary.
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("../deploy/lathe.toml");
 
@@ -146,6 +144,10 @@ pub struct DenseConfig {
     /// keeps more, smaller graphs: higher recall against exact search, slower searches.
     pub max_segment_vectors: usize,
 }
+
+/// Segments a dense merge of one tier takes (the dense index's own `TIER_MERGE_FACTOR`): a
+/// `dense.max_segment_vectors` below this many live segments could never merge anything.
+pub const DENSE_TIER_MERGE_FACTOR: usize = 4;
 
 /// Largest `dense.load_threads`.
 pub const MAX_DENSE_LOAD_THREADS: usize = 256;
@@ -535,10 +537,10 @@ impl Config {
         check(
             self.dense.max_segment_vectors == 0
                 || self.dense.max_segment_vectors
-                    >= TIER_MERGE_FACTOR.saturating_mul(self.dense.seal_vectors),
+                    >= DENSE_TIER_MERGE_FACTOR.saturating_mul(self.dense.seal_vectors),
             &format!(
                 "dense.max_segment_vectors must be 0 (no limit) or at least \
-                 {TIER_MERGE_FACTOR} × dense.seal_vectors"
+                 {DENSE_TIER_MERGE_FACTOR} × dense.seal_vectors"
             ),
         )?;
         check(

@@ -1633,13 +1633,7 @@ mod tests {
             index.merge_segments(&chosen).expect("merges");
         }
         // Two of tier 1 and one of tier 0: the layout writes would have built.
-        let mut sizes: Vec<usize> = index
-            .sealed_segments()
-            .iter()
-            .map(|s| s.live_count())
-            .collect();
-        sizes.sort_unstable();
-        assert_eq!(sizes, [100, 400, 400]);
+        assert_eq!(sealed_sizes(&index), [100, 400, 400]);
         assert!(index.segments_to_merge().is_none());
         insert_missing_and_find_each(&index, &[], &vectors);
     }
@@ -1650,6 +1644,11 @@ mod tests {
             assert!(index.try_start_merge());
             index.merge_segments(&chosen).expect("merges");
         }
+        sealed_sizes(index)
+    }
+
+    /// The live vectors of each sealed segment, sorted.
+    fn sealed_sizes(index: &DenseIndex) -> Vec<usize> {
         let mut sizes: Vec<usize> = index
             .sealed_segments()
             .iter()

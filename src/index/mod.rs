@@ -60,7 +60,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::dense::{
     DenseIndexConfig, SEARCH_WAIT_MAX_SECONDS as DENSE_SEARCH_WAIT_MAX_SECONDS,
-    SEARCH_WAIT_SECONDS as DENSE_SEARCH_WAIT_SECONDS,
+    SEARCH_WAIT_SECONDS as DENSE_SEARCH_WAIT_SECONDS, TIER_MERGE_FACTOR as DENSE_TIER_MERGE_FACTOR,
 };
 pub use collection::{dense_dir, CollectionIndex};
 pub use fault::{CollectionEntry, Fault, FaultKind, FaultedCollection};

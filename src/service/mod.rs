@@ -313,6 +313,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_config_checks_the_cap_against_the_dense_index_own_merge_factor() {
+        assert_eq!(
+            crate::config::DENSE_TIER_MERGE_FACTOR,
+            crate::index::DENSE_TIER_MERGE_FACTOR
+        );
+    }
+
+    #[test]
     fn one_ingest_inference_per_inference_threads_cores_and_a_static_one_per_core() {
         let mut config = Config::default();
         config.server.cpu_threads = 2;
