@@ -146,7 +146,7 @@ pub struct DenseConfig {
 }
 
 /// Segments a dense merge of one tier takes (the dense index's own `TIER_MERGE_FACTOR`): a
-/// `dense.max_segment_vectors` below this many live segments could never merge anything.
+/// `dense.max_segment_vectors` below this many times `dense.seal_vectors` would stop every merge.
 pub const DENSE_TIER_MERGE_FACTOR: usize = 4;
 
 /// Largest `dense.load_threads`.
