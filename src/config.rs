@@ -174,11 +174,14 @@ pub struct StorageConfig {
     pub data_dir: PathBuf,
     /// Writes without `wait` are committed (made durable and visible) within this interval.
     pub commit_interval_ms: u64,
-    /// Indexing arena of each open tantivy writer, in bytes.
+    /// Indexing arena of each open tantivy writer, in bytes (shared by its indexing threads).
     pub writer_memory_bytes: usize,
+    /// Indexing threads of each open tantivy writer: a large write is indexed on this many
+    /// threads side by side, each with `writer_memory_bytes / indexing_threads` of arena.
+    pub indexing_threads: usize,
     /// Threads that apply writes and commit, shared by every collection.
     pub writer_threads: usize,
-    /// Tantivy writers open at once (each holds 3 threads, a file lock and up to
+    /// Tantivy writers open at once (each holds `indexing_threads` + 2 threads, a file lock and up to
     /// `writer_memory_bytes`); past it, the least recently used idle writer is committed and
     /// closed to make room.
     pub max_open_writers: usize,
@@ -316,6 +319,7 @@ impl Default for StorageConfig {
             data_dir: PathBuf::from("./data"),
             commit_interval_ms: 1_000,
             writer_memory_bytes: 64 << 20,
+            indexing_threads: 2,
             writer_threads: 2,
             max_open_writers: 8,
             writer_idle_ms: 10_000,
@@ -556,6 +560,14 @@ impl Config {
             "storage.writer_memory_bytes must be below 4293967295 (tantivy's maximum for one indexing thread)",
         )?;
         check(
+            (1..=8).contains(&self.storage.indexing_threads),
+            "storage.indexing_threads must be in 1..=8",
+        )?;
+        check(
+            self.storage.writer_memory_bytes / self.storage.indexing_threads.max(1) >= 15 << 20,
+            "storage.writer_memory_bytes / storage.indexing_threads must be at least 15 MiB (tantivy's minimum per indexing thread)",
+        )?;
+        check(
             (1..=64).contains(&self.storage.writer_threads),
             "storage.writer_threads must be in 1..=64",
         )?;
@@ -759,6 +771,25 @@ mod tests {
             );
         }
         assert!(Config::from_toml("[models]\ninference_batch_tokens = 256\n").is_ok());
+        for threads in [0, 9] {
+            let error = Config::from_toml(&format!("[storage]\nindexing_threads = {threads}\n"))
+                .unwrap_err();
+            assert!(
+                error
+                    .to_string()
+                    .contains("storage.indexing_threads must be in 1..=8"),
+                "{error}"
+            );
+        }
+        // 64 MiB of arena holds 4 threads of at least 15 MiB, not 5.
+        assert!(Config::from_toml("[storage]\nindexing_threads = 4\n").is_ok());
+        let error = Config::from_toml("[storage]\nindexing_threads = 5\n").unwrap_err();
+        assert!(
+            error.to_string().contains(
+                "storage.writer_memory_bytes / storage.indexing_threads must be at least 15 MiB"
+            ),
+            "{error}"
+        );
     }
 
     #[test]

@@ -17,6 +17,10 @@
 
 use std::ops::Range;
 
+mod sentence_bounds;
+
+pub use sentence_bounds::sentence_bound_indices;
+
 /// Most bytes one counted token spans, and most bytes that may lie between two tokens uncounted.
 /// Real tokens are far shorter (the longest WordPiece token of MiniLM is 18 bytes, and tiktoken's
 /// vocabularies hold a few of up to 128 bytes, runs of spaces or dashes), so ordinary text counts

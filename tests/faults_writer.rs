@@ -206,8 +206,9 @@ async fn idle_collections_hold_no_writer_threads_and_no_open_files() {
 async fn after_a_burst_of_writes_to_many_collections_the_writers_close_and_threads_fall_back() {
     const COLLECTIONS: usize = 24;
     const MAX_OPEN_WRITERS: u64 = 4;
-    // Tantivy's writer: one indexing thread, the segment updater, one merge thread.
-    const THREADS_PER_WRITER: u64 = 3;
+    // Tantivy's writer: `storage.indexing_threads` (2 by default) indexing threads, the segment
+    // updater, one merge thread.
+    const THREADS_PER_WRITER: u64 = 4;
     let dir = tempfile::tempdir().unwrap();
     let server = binary::start(
         dir.path(),

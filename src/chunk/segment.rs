@@ -9,7 +9,8 @@
 use std::ops::Range;
 
 use unicode_script::{Script, UnicodeScript};
-use unicode_segmentation::UnicodeSegmentation;
+
+use crate::tokens::sentence_bound_indices;
 
 /// Words that end with a period without ending a sentence. Compared exactly, so that "no." and
 /// "Mar." in lower case (which end sentences) do not match "No." and "Mar.".
@@ -41,7 +42,7 @@ pub fn sentences(text: &str, out: &mut Vec<Range<u32>>) {
 pub(super) fn sentences_in(text: &str, start: usize, end: usize, out: &mut Vec<Range<u32>>) {
     let slice = &text[start..end];
     let mut pending_start: Option<usize> = None;
-    for (offset, segment) in slice.split_sentence_bound_indices() {
+    for (offset, segment) in sentence_bound_indices(slice) {
         let segment_start = start + offset;
         let segment_end = segment_start + segment.len();
         let sentence_start = pending_start.unwrap_or(segment_start);

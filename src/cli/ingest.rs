@@ -5,9 +5,9 @@
 //! only once durable. Batches are cut by bytes, sized from the throughput measured so far so that
 //! one takes about `--batch-seconds` (a third of the server's default 30 s deadline); a batch that
 //! still runs past its deadline is retried at a quarter the size (an upsert is idempotent), and
-//! one document that alone outlasts it goes as an upload stream (no server deadline). Two batches
-//! are in flight at once (`--in-flight`), so that the server cuts one into sections while it
-//! indexes and commits the other; with repeated document ids, one at a time. Progress
+//! one document that alone outlasts it goes as an upload stream (no server deadline). Three batches
+//! are in flight at once (`--in-flight`), so that the server cuts the next ones into sections
+//! while it indexes and commits one; with repeated document ids, one at a time. Progress
 //! (documents, MB, MB/s, ETA) is printed after each batch. Resuming after an interruption is
 //! running the same command again: the server reuses the stored vectors of every section whose
 //! text is unchanged, so documents already stored cost no inference.
@@ -39,8 +39,9 @@ pub struct IngestArgs {
     /// Section size in tokens if the collection has to be created.
     #[arg(long)]
     pub section_tokens: Option<u32>,
-    /// Most documents per batch.
-    #[arg(long, default_value_t = 128)]
+    /// Most documents per batch (the byte size from `--batch-seconds` usually decides first:
+    /// each batch is one commit, so small documents are best sent many at a time).
+    #[arg(long, default_value_t = 1024)]
     pub batch: usize,
     /// Seconds one batch should take; batch sizes in bytes follow from the measured throughput.
     #[arg(long, default_value_t = 10.0)]
@@ -48,9 +49,9 @@ pub struct IngestArgs {
     /// Bytes of document text in the first batch, before any throughput is measured.
     #[arg(long, default_value_t = 64 * 1024)]
     pub first_batch_bytes: usize,
-    /// Batches sent before the first is answered: the server cuts the next into sections while
-    /// it indexes and commits this one.
-    #[arg(long, default_value_t = 2)]
+    /// Batches sent before the first is answered: the server cuts the next ones into sections
+    /// while it indexes and commits this one.
+    #[arg(long, default_value_t = 3)]
     pub in_flight: usize,
     /// Deadline of each batch's call, in seconds (the server's `server.request_timeout_ms`
     /// still applies when shorter).

@@ -71,6 +71,7 @@ impl CollectionIndex {
     ) -> Result<Self> {
         let settings = WriterSettings {
             memory_bytes: writer_memory_bytes,
+            indexing_threads: 1,
             commit_interval,
             idle_close: Duration::from_secs(60),
             threads: 1,

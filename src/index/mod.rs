@@ -45,6 +45,7 @@ mod reader;
 mod records;
 pub mod schema;
 mod section_document;
+mod stems;
 pub mod storage;
 mod store_reads;
 #[cfg(test)]
@@ -513,6 +514,7 @@ mod tests {
         let lock = DataDirLock::acquire(data_dir).unwrap();
         let writer_settings = WriterSettings {
             memory_bytes: 15 << 20,
+            indexing_threads: 1,
             commit_interval: std::time::Duration::from_secs(3600),
             idle_close: std::time::Duration::from_secs(60),
             threads: 1,

@@ -8,10 +8,11 @@ use tantivy::schema::{
     INDEXED, STORED, STRING,
 };
 use tantivy::tokenizer::{
-    AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer,
-    TextAnalyzer,
+    AsciiFoldingFilter, LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer,
 };
 use tantivy::Index;
+
+use super::stems::RememberingStemmer;
 
 /// Name of the analyzer of section text and titles.
 pub const ANALYZER: &str = "lathe_en";
@@ -99,13 +100,15 @@ pub fn build_schema() -> (Schema, SectionFields) {
 }
 
 /// English analysis: split on non-alphanumerics, drop very long tokens, lowercase, fold accents,
-/// stem. The same analyzer tokenizes queries and, at query time, the chunks being scored.
+/// stem (tantivy's English stemmer, with the stems of words seen before remembered: see
+/// [`RememberingStemmer`]). The same analyzer tokenizes queries and, at query time, the chunks
+/// being scored.
 pub fn analyzer() -> TextAnalyzer {
     TextAnalyzer::builder(SimpleTokenizer::default())
         .filter(RemoveLongFilter::limit(40))
         .filter(LowerCaser)
         .filter(AsciiFoldingFilter)
-        .filter(Stemmer::new(Language::English))
+        .filter(RememberingStemmer)
         .build()
 }
 

@@ -41,8 +41,11 @@ pub enum WriterCommand {
 /// How the writers of every collection behave (from `[storage]` in the configuration).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriterSettings {
-    /// Indexing arena of one open writer, in bytes (tantivy's minimum is 15 MB).
+    /// Indexing arena of one open writer, in bytes, shared by its indexing threads (tantivy's
+    /// minimum is 15 MB per thread).
     pub memory_bytes: usize,
+    /// Indexing threads of one open writer.
+    pub indexing_threads: usize,
     /// Writes without `wait` are committed within this long.
     pub commit_interval: Duration,
     /// An open writer with nothing to commit is closed after this long without writes.
@@ -58,9 +61,10 @@ pub type CollectionWriterPool = WriterPool<CollectionWriter>;
 
 /// One collection's writer, run by the shared [`WriterPool`]: applies writes in order, commits
 /// them in groups (at once for `wait` writes, else within the commit interval) and swaps in the
-/// new snapshot. Its tantivy `IndexWriter` (one indexing thread, one merge thread, the segment
-/// updater, an arena of `memory_bytes` and a file lock) is opened on the first write and closed
-/// once the collection has been idle for `idle_close`, so an idle collection costs no thread.
+/// new snapshot. Its tantivy `IndexWriter` (`indexing_threads` indexing threads, one merge
+/// thread, the segment updater, an arena of `memory_bytes` and a file lock) is opened on the
+/// first write and closed once the collection has been idle for `idle_close`, so an idle
+/// collection costs no thread.
 pub struct CollectionWriter {
     pub(super) collection: String,
     /// The index folder, named in storage errors.
@@ -183,12 +187,14 @@ impl CollectionWriter {
             return Ok(());
         }
         permit.acquire();
-        // One indexing thread and one merge thread: writes to one collection come from one
-        // worker anyway, and many collections may have a writer open at once.
+        // A large write is indexed on `indexing_threads` side by side (tantivy's indexing was
+        // the one serial stage of a bulk upload); one merge thread, since many collections may
+        // have a writer open at once.
+        let threads = self.settings.indexing_threads.max(1);
         let options = IndexWriterOptions::builder()
-            .num_worker_threads(1)
+            .num_worker_threads(threads)
             .num_merge_threads(1)
-            .memory_budget_per_thread(self.settings.memory_bytes)
+            .memory_budget_per_thread(self.settings.memory_bytes / threads)
             .build();
         let writer = self
             .index

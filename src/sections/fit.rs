@@ -25,6 +25,8 @@ use std::ops::Range;
 
 use unicode_segmentation::UnicodeSegmentation;
 
+use crate::tokens::sentence_bound_indices;
+
 use super::plain::{paragraph_ranges, push_trimmed, trimmed, whitespace_separated_ranges};
 use super::{RawSection, SectionSpan, TokenCounter};
 
@@ -181,7 +183,7 @@ impl<C: TokenCounter + ?Sized> Fitter<'_, '_, C> {
                 Level::Sentence
             }
             Level::Sentence => {
-                for (offset, sentence) in self.text[range.clone()].split_sentence_bound_indices() {
+                for (offset, sentence) in sentence_bound_indices(&self.text[range.clone()]) {
                     let start = range.start + offset;
                     push_trimmed(self.text, start..start + sentence.len(), &mut pieces);
                 }

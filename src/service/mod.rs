@@ -92,6 +92,7 @@ impl Engine {
         let storage = &config.storage;
         let writer_settings = WriterSettings {
             memory_bytes: storage.writer_memory_bytes,
+            indexing_threads: storage.indexing_threads,
             commit_interval: Duration::from_millis(storage.commit_interval_ms),
             idle_close: Duration::from_millis(storage.writer_idle_ms),
             threads: storage.writer_threads,
