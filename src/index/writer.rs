@@ -25,6 +25,9 @@ use super::storage;
 use super::writer_pool::{JobState, Permit, WriterJob, WriterPool};
 use crate::error::{LatheError, Result};
 
+/// tantivy's smallest indexing arena per thread.
+const MIN_ARENA_BYTES_PER_THREAD: usize = 15_000_000;
+
 /// What a collection's handle sends its writer.
 pub enum WriterCommand {
     Apply {
@@ -190,7 +193,12 @@ impl CollectionWriter {
         // A large write is indexed on `indexing_threads` side by side (tantivy's indexing was
         // the one serial stage of a bulk upload); one merge thread, since many collections may
         // have a writer open at once.
-        let threads = self.settings.indexing_threads.max(1);
+        // Never fewer than tantivy's minimum arena per thread (the configuration refuses such a
+        // pair; settings built in code, as the tests' 15 MiB, get fewer threads).
+        let threads = self.settings.indexing_threads.clamp(
+            1,
+            (self.settings.memory_bytes / MIN_ARENA_BYTES_PER_THREAD).max(1),
+        );
         let options = IndexWriterOptions::builder()
             .num_worker_threads(threads)
             .num_merge_threads(1)
