@@ -16,16 +16,10 @@
 //! A word of printable ASCII not yet known skips that call when the tokenizer is plain BERT
 //! ([`AsciiWordPiece`]): its pieces go straight to the tokenizer's own WordPiece model. Corpora
 //! of paths and identifiers are mostly such words, each seen once.
-//!
-//! Each thread also keeps the words it looked up lately in a memory of its own, in front of the
-//! shared one: a word found there costs a hash lookup and no lock (locking a shard for every
-//! word of a section was a few percent of a lexical ingest).
 
-use std::cell::RefCell;
 use std::hash::BuildHasher;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use tokenizers::models::wordpiece::WordPiece;
@@ -40,8 +34,6 @@ const MAX_WORD_BYTES: usize = 48;
 const REMEMBERED_WORDS: usize = 1 << 18;
 /// Independently locked parts of the memory, so that pool threads seldom wait on each other.
 const SHARDS: usize = 16;
-/// Words a thread keeps in its own memory before it is cleared and starts again.
-const NEAR_WORDS: usize = 1 << 16;
 
 /// One token of a remembered word: byte offsets in the word, and the id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,24 +43,13 @@ struct WordToken {
     id: u32,
 }
 
-type Shard = FxHashMap<Box<str>, Arc<[WordToken]>>;
+type Shard = FxHashMap<Box<str>, Box<[WordToken]>>;
 
 /// The words tokenized with one tokenizer, shared by every collection and thread that uses it.
 pub(super) struct WordMemo {
-    /// Unique among the memories of this process: names the memory a thread's near words are of.
-    id: u64,
     shards: Box<[Mutex<Shard>]>,
     /// The fast path for printable ASCII words, when the tokenizer allows it.
     ascii: Option<AsciiWordPiece>,
-}
-
-/// Gives each [`WordMemo`] its id.
-static NEXT_MEMO_ID: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    /// The words this thread looked up lately, and the id of the memory they are of (another
-    /// memory's words replace them).
-    static NEAR: RefCell<(u64, Shard)> = RefCell::new((0, Shard::default()));
 }
 
 impl std::fmt::Debug for WordMemo {
@@ -85,7 +66,6 @@ impl WordMemo {
     /// The memory of `tokenizer`, the one every call of [`Self::encode`] passes.
     pub(super) fn new(tokenizer: &Tokenizer) -> Self {
         Self {
-            id: NEXT_MEMO_ID.fetch_add(1, Ordering::Relaxed),
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             ascii: AsciiWordPiece::of(tokenizer),
         }
@@ -119,51 +99,31 @@ impl WordMemo {
             _ => None,
         });
         let (mut lowered, mut word_tokens) = (String::new(), WordTokens::new());
-        NEAR.with(|near| -> tokenizers::Result<()> {
-            let mut near = near.borrow_mut();
-            let (owner, near) = &mut *near;
-            if *owner != self.id {
-                *owner = self.id;
-                near.clear();
+        for range in &words {
+            let word = &input[range.clone()];
+            let start = range.start as u32;
+            if let Some(known) = self.shard(word).get(word) {
+                slots.extend(
+                    known
+                        .iter()
+                        .map(|t| (start + u32::from(t.start), start + u32::from(t.end), t.id)),
+                );
+                continue;
             }
-            for range in &words {
-                let word = &input[range.clone()];
-                let start = range.start as u32;
-                let push_known = |slots: &mut Vec<Slot>, known: &[WordToken]| {
+            if let Some((ascii, model)) = ascii {
+                if ascii.tokenize(model, word, &mut lowered, &mut word_tokens)? {
                     slots.extend(
-                        known
+                        word_tokens
                             .iter()
-                            .map(|t| (start + u32::from(t.start), start + u32::from(t.end), t.id)),
+                            .map(|&(s, e, id)| (start + s as u32, start + e as u32, id)),
                     );
-                };
-                if let Some(known) = near.get(word) {
-                    push_known(&mut slots, known);
+                    self.remember(word, &word_tokens);
                     continue;
                 }
-                let shared = self.shard(word).get(word).cloned();
-                if let Some(known) = shared {
-                    push_known(&mut slots, &known);
-                    remember_near(near, word, known);
-                    continue;
-                }
-                if let Some((ascii, model)) = ascii {
-                    if ascii.tokenize(model, word, &mut lowered, &mut word_tokens)? {
-                        slots.extend(
-                            word_tokens
-                                .iter()
-                                .map(|&(s, e, id)| (start + s as u32, start + e as u32, id)),
-                        );
-                        if let Some(known) = self.remember(word, &word_tokens) {
-                            remember_near(near, word, known);
-                        }
-                        continue;
-                    }
-                }
-                slots.push((UNKNOWN, unknown.len() as u32, 0));
-                unknown.push(range.clone());
             }
-            Ok(())
-        })?;
+            slots.push((UNKNOWN, unknown.len() as u32, 0));
+            unknown.push(range.clone());
+        }
         let Some(fresh) = encode_together(tokenizer, input, &unknown)? else {
             return super::encode_plain(tokenizer, input, tokens);
         };
@@ -183,17 +143,12 @@ impl WordMemo {
         Ok(())
     }
 
-    /// Remembers the tokens of `word` (offsets in the word), unless it is too long; returns what
-    /// was remembered.
-    fn remember(
-        &self,
-        word: &str,
-        word_tokens: &[(usize, usize, u32)],
-    ) -> Option<Arc<[WordToken]>> {
+    /// Remembers the tokens of `word` (offsets in the word), unless it is too long.
+    fn remember(&self, word: &str, word_tokens: &[(usize, usize, u32)]) {
         if word.len() > MAX_WORD_BYTES {
-            return None;
+            return;
         }
-        let compact: Arc<[WordToken]> = word_tokens
+        let compact = word_tokens
             .iter()
             .map(|&(start, end, id)| WordToken {
                 start: start as u8,
@@ -205,17 +160,8 @@ impl WordMemo {
         if shard.len() >= REMEMBERED_WORDS / SHARDS {
             shard.clear();
         }
-        shard.insert(word.into(), Arc::clone(&compact));
-        Some(compact)
+        shard.insert(word.into(), compact);
     }
-}
-
-/// Keeps `word`'s tokens in this thread's near memory.
-fn remember_near(near: &mut Shard, word: &str, known: Arc<[WordToken]>) {
-    if near.len() >= NEAR_WORDS {
-        near.clear();
-    }
-    near.insert(word.into(), known);
 }
 
 /// One word's tokens: (start, end, id), byte offsets in the word.
