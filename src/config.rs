@@ -182,9 +182,9 @@ pub struct StorageConfig {
     pub indexing_threads: usize,
     /// Threads that apply writes and commit, shared by every collection.
     pub writer_threads: usize,
-    /// Tantivy writers open at once (each holds `indexing_threads` + 2 threads, a file lock and up to
-    /// `writer_memory_bytes`); past it, the least recently used idle writer is committed and
-    /// closed to make room.
+    /// Tantivy writers open at once (each holds `indexing_threads` + 2 threads, a file lock and
+    /// up to `writer_memory_bytes`); past it, the least recently used idle writer is committed
+    /// and closed to make room.
     pub max_open_writers: usize,
     /// A collection's writer is closed after this long without writes (milliseconds).
     pub writer_idle_ms: u64,

@@ -191,10 +191,8 @@ impl CollectionWriter {
         }
         permit.acquire();
         // A large write is indexed on `indexing_threads` side by side (tantivy's indexing was
-        // the one serial stage of a bulk upload); one merge thread, since many collections may
-        // have a writer open at once.
-        // Never fewer than tantivy's minimum arena per thread (the configuration refuses such a
-        // pair; settings built in code, as the tests' 15 MiB, get fewer threads).
+        // the one serial stage of a bulk upload), fewer when the arena cannot give each thread
+        // tantivy's minimum; one merge thread, since many collections may have a writer open.
         let threads = self.settings.indexing_threads.clamp(
             1,
             (self.settings.memory_bytes / MIN_ARENA_BYTES_PER_THREAD).max(1),
