@@ -25,7 +25,7 @@ for dense in "${modes[@]}"; do
   cpu_ticks() { awk '{print $14 + $15}' /proc/$pid/stat; }
   ticks_before=$(cpu_ticks)
   start=$(date +%s.%N)
-  "$binary" ingest "$corpus" -c t --addr "$address" ${INGEST_ARGS:-} >"$data/ingest.out" 2>&1
+  /usr/bin/time -f "client_cpu_s=%U+%S" -o "$data/client.time" "$binary" ingest "$corpus" -c t --addr "$address" ${INGEST_ARGS:-} >"$data/ingest.out" 2>&1
   end=$(date +%s.%N)
   cpu=$(echo "scale=2; ($(cpu_ticks) - $ticks_before) / $(getconf CLK_TCK)" | bc)
   rss=$(awk '/^VmRSS/{print $2}' /proc/$pid/status)
@@ -36,7 +36,7 @@ for dense in "${modes[@]}"; do
   if [ -n "$inference" ] && [ "$(echo "$inference > 0" | bc -l)" = 1 ]; then
     inference_note=" inference_s=$inference inference_share=$(echo "scale=3; $inference / $seconds" | bc -l)"
   fi
-  echo "dense=$dense bytes=$bytes seconds=$seconds MB/s=$(echo "scale=3; $bytes / 1000000 / $seconds" | bc) server_cpu_s=$cpu MB/cpu_s=$(echo "scale=3; $bytes / 1000000 / $cpu" | bc) server_rss_after=$((rss/1024))MiB server_rss_peak=$((peak/1024))MiB$inference_note $(tail -1 "$data/ingest.out")"
+  echo "dense=$dense bytes=$bytes seconds=$seconds MB/s=$(echo "scale=3; $bytes / 1000000 / $seconds" | bc) server_cpu_s=$cpu MB/cpu_s=$(echo "scale=3; $bytes / 1000000 / $cpu" | bc) server_rss_after=$((rss/1024))MiB server_rss_peak=$((peak/1024))MiB $(cat "$data/client.time")$inference_note $(tail -1 "$data/ingest.out")"
   kill -TERM "$pid"; wait "$pid" || true
   rm -rf "$data"
 done

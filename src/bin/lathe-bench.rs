@@ -94,6 +94,18 @@ struct Args {
     /// `ef_construction` of that one graph (1..=4096); default: the index's.
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     one_graph_ef_construction: Option<usize>,
+    /// Level scale of that one graph (hnsw_rs's `modify_level_scale`, which takes 0.2 to 1.0:
+    /// fewer upper layers below 1); default: the index's (1).
+    #[arg(long)]
+    one_graph_level_scale: Option<f64>,
+    /// Candidate lists (`ef`) that one graph is searched with, each reported with its recall and
+    /// mean search time; default: the index's `ef_search`.
+    #[arg(long, value_delimiter = ',')]
+    one_graph_ef: Vec<usize>,
+    /// Search that one graph as the index searches a segment: through hnsw_rs's filtered search
+    /// (here accepting every slot), which keeps walking after the unfiltered search would stop.
+    #[arg(long)]
+    one_graph_filtered: bool,
     /// Documents per upload call while building.
     #[arg(long, default_value_t = 256)]
     upload_documents: usize,
@@ -780,34 +792,55 @@ fn dense_recall_at_10(
         .context("embedding the queries")?;
     let snapshot = index.snapshot();
     // The one graph, its parameters and its build time, when asked for.
-    let one_graph = one_graph.map(|params| {
+    let one_graph = one_graph.map(|mut params| {
         let config = params.applied_to(&dense);
         let started = Instant::now();
-        let graph = one_graph_over(&unit, &config);
-        (graph, config, started.elapsed().as_secs_f64())
+        let graph = one_graph_over(&unit, &config, params.level_scale);
+        if params.efs.is_empty() {
+            params.efs.push(dense.ef_search);
+        }
+        (graph, config, started.elapsed().as_secs_f64(), params)
     });
     let mut recalls = Vec::with_capacity(queries.len());
-    let mut one_graph_recalls = Vec::new();
+    let mut index_seconds = 0.0;
+    // Per ef of the one graph: recalls and seconds searching.
+    let one_graph_runs = one_graph
+        .as_ref()
+        .map_or(0, |(.., params)| params.efs.len());
+    let mut one_graph_runs: Vec<(Vec<f64>, f64)> = vec![(Vec::new(), 0.0); one_graph_runs];
     for query in query_vectors.iter_rows() {
         if query.iter().all(|x| *x == 0.0) {
             continue;
         }
         let exact = exact_top(&unit, query, 10);
+        let started = Instant::now();
         let approximate: Vec<u64> = index
             .search_dense(&snapshot, query, &Filter::default(), 10)?
             .iter()
             .map(|hit| hit.section_key)
             .collect();
+        index_seconds += started.elapsed().as_secs_f64();
         recalls.push(recall_with_ties(&exact, &approximate, &unit, query));
-        if let Some((graph, _, _)) = &one_graph {
+        if let Some((graph, _, _, params)) = &one_graph {
             let mut normalized = query.to_vec();
             lathe::embed::l2_normalize(&mut normalized);
-            let found: Vec<u64> = graph
-                .search(&to_stored(&normalized), 10, dense.ef_search.max(10))
-                .iter()
-                .map(|neighbour| unit[neighbour.d_id].0)
-                .collect();
-            one_graph_recalls.push(recall_with_ties(&exact, &found, &unit, query));
+            let stored = to_stored(&normalized);
+            let accept_all = |_: &usize| true;
+            for (&ef, (run_recalls, run_seconds)) in params.efs.iter().zip(&mut one_graph_runs) {
+                let started = Instant::now();
+                let found: Vec<u64> = graph
+                    .search_filter(
+                        &stored,
+                        10,
+                        ef.max(10),
+                        params.filtered.then_some(&accept_all as _),
+                    )
+                    .iter()
+                    .map(|neighbour| unit[neighbour.d_id].0)
+                    .collect();
+                *run_seconds += started.elapsed().as_secs_f64();
+                run_recalls.push(recall_with_ties(&exact, &found, &unit, query));
+            }
         }
     }
     index.shutdown();
@@ -815,17 +848,31 @@ fn dense_recall_at_10(
         anyhow::bail!("no query had a non-zero static vector");
     }
     let mean = |values: &[f64]| values.iter().sum::<f64>() / values.len() as f64;
-    if let Some((_, config, build_seconds)) = &one_graph {
-        eprintln!(
-            "recall@10 over {} queries: segmented index {:.3}, one graph over the same {} vectors {:.3} (M {}, ef_construction {}, ef {}; built in {build_seconds:.1} s)",
-            recalls.len(),
-            mean(&recalls),
-            unit.len(),
-            mean(&one_graph_recalls),
-            config.max_nb_connection,
-            config.ef_construction,
-            dense.ef_search.max(10),
-        );
+    let per_query_ms = |seconds: f64| 1e3 * seconds / recalls.len() as f64;
+    eprintln!(
+        "recall@10 over {} queries: segmented index {:.3} ({:.2} ms a query, ef {})",
+        recalls.len(),
+        mean(&recalls),
+        per_query_ms(index_seconds),
+        dense.ef_search,
+    );
+    if let Some((_, config, build_seconds, params)) = &one_graph {
+        for (ef, (run_recalls, run_seconds)) in params.efs.iter().zip(&one_graph_runs) {
+            eprintln!(
+                "  one graph over the same {} vectors: {:.3} ({:.2} ms a query; M {}, ef_construction {}, ef {}, {}; built in {build_seconds:.1} s)",
+                unit.len(),
+                mean(run_recalls),
+                per_query_ms(*run_seconds),
+                config.max_nb_connection,
+                config.ef_construction,
+                ef.max(&10),
+                if params.filtered {
+                    "filtered search"
+                } else {
+                    "plain search"
+                },
+            );
+        }
     }
     Ok(mean(&recalls))
 }
@@ -834,6 +881,9 @@ fn dense_recall_at_10(
 struct OneGraph {
     m: Option<usize>,
     ef_construction: Option<usize>,
+    level_scale: Option<f64>,
+    efs: Vec<usize>,
+    filtered: bool,
 }
 
 impl OneGraph {
@@ -853,14 +903,18 @@ impl OneGraph {
 fn one_graph_over(
     vectors: &[(u64, Vec<f32>)],
     dense: &DenseIndexConfig,
+    level_scale: Option<f64>,
 ) -> hnsw_rs::hnsw::Hnsw<'static, StoredElement, lathe::dense::UnitDotDistance> {
-    let graph = hnsw_rs::hnsw::Hnsw::new(
+    let mut graph = hnsw_rs::hnsw::Hnsw::new(
         dense.max_nb_connection,
         vectors.len().max(1),
         dense.max_layer,
         dense.ef_construction,
         lathe::dense::UnitDotDistance,
     );
+    if let Some(scale) = level_scale {
+        graph.modify_level_scale(scale);
+    }
     let stored: Vec<Vec<StoredElement>> = vectors
         .iter()
         .map(|(_, vector)| to_stored(vector))
@@ -976,6 +1030,9 @@ impl Bench {
                 self.args.one_graph_recall.then_some(OneGraph {
                     m: self.args.one_graph_m,
                     ef_construction: self.args.one_graph_ef_construction,
+                    level_scale: self.args.one_graph_level_scale,
+                    efs: self.args.one_graph_ef.clone(),
+                    filtered: self.args.one_graph_filtered,
                 }),
             )?);
         }
@@ -1566,7 +1623,7 @@ mod tests {
                 (1000 + i as u64, vec![angle.cos(), angle.sin()])
             })
             .collect();
-        let graph = one_graph_over(&vectors, &DenseIndexConfig::new(2));
+        let graph = one_graph_over(&vectors, &DenseIndexConfig::new(2), None);
         for (slot, (_, vector)) in vectors.iter().enumerate() {
             let found = graph.search(&to_stored(vector), 1, 64);
             assert_eq!(found[0].d_id, slot);

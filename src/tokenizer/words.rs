@@ -72,8 +72,10 @@ impl WordMemo {
     }
 
     fn shard(&self, word: &str) -> std::sync::MutexGuard<'_, Shard> {
-        // The low bits pick the map's bucket; the shard comes from the high ones.
-        let shard = (FxBuildHasher.hash_one(word) >> 58) as usize % SHARDS;
+        // The map hashes the word the same way and hashbrown takes a bucket from the low bits
+        // and a slot's tag from the top seven, so the shard comes from bits that neither uses
+        // (from the top ones, the words of a shard would share most of their tags).
+        let shard = (FxBuildHasher.hash_one(word) >> 32) as usize % SHARDS;
         self.shards[shard]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
