@@ -850,7 +850,7 @@ fn dense_recall_at_10(
     let mean = |values: &[f64]| values.iter().sum::<f64>() / values.len() as f64;
     let per_query_ms = |seconds: f64| 1e3 * seconds / recalls.len() as f64;
     eprintln!(
-        "recall@10 over {} queries: segmented index {:.3} ({:.2} ms a query, ef {})",
+        "recall@10 over {} queries: segmented index {:.3} ({:.2} ms a query with its sections read, ef {})",
         recalls.len(),
         mean(&recalls),
         per_query_ms(index_seconds),
