@@ -2,7 +2,7 @@
 # Ingest throughput of `lathe ingest CORPUS` into a fresh `lathe serve` per models.dense value:
 # wall time of the ingest command (its upload ends with `wait`, so all of it is searchable), MB/s
 # of the corpus's bytes, and the server's CPU seconds (user + system) during the ingest, which on
-# a shared machine say more than the wall time. With a model that runs ONNX Runtime (minilm) it also
+# a shared machine say more than the wall time, and the client's (`client_cpu_s=user+system`). With a model that runs ONNX Runtime (minilm) it also
 # prints the server's seconds inside the runtime's runs (`lathe_inference_seconds_total`) and
 # their share of the wall time; `cargo bench --bench inference -- CORPUS_DIR N` gives the raw
 # runtime seconds of the same batches (writes of N documents: INGEST_ARGS="--batch N

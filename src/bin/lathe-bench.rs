@@ -804,10 +804,10 @@ fn dense_recall_at_10(
     let mut recalls = Vec::with_capacity(queries.len());
     let mut index_seconds = 0.0;
     // Per ef of the one graph: recalls and seconds searching.
-    let one_graph_runs = one_graph
+    let runs = one_graph
         .as_ref()
         .map_or(0, |(.., params)| params.efs.len());
-    let mut one_graph_runs: Vec<(Vec<f64>, f64)> = vec![(Vec::new(), 0.0); one_graph_runs];
+    let mut one_graph_runs: Vec<(Vec<f64>, f64)> = vec![(Vec::new(), 0.0); runs];
     for query in query_vectors.iter_rows() {
         if query.iter().all(|x| *x == 0.0) {
             continue;

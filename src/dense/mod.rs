@@ -126,7 +126,7 @@ fn search_segment(
             .map(|(slot, similarity)| (segment.key(slot), similarity))
             .collect();
     }
-    let found = |neighbours: Vec<hnsw_rs::prelude::Neighbour>| -> Vec<(u64, f32)> {
+    let found = |neighbours: &[hnsw_rs::prelude::Neighbour]| -> Vec<(u64, f32)> {
         neighbours
             .iter()
             .filter(|neighbour| accept(&neighbour.d_id))
@@ -134,11 +134,11 @@ fn search_segment(
             .map(|neighbour| (segment.key(neighbour.d_id), 1.0 - neighbour.distance))
             .collect()
     };
-    let plain = found(segment.graph.search(stored, ef, ef));
+    let plain = found(&segment.graph.search(stored, ef, ef));
     if plain.len() >= k || plain.len() >= segment.live_count() {
         return plain;
     }
-    found(segment.graph.search_filter(stored, k, ef, Some(&accept)))
+    found(&segment.graph.search_filter(stored, k, ef, Some(&accept)))
 }
 
 fn observe_search_wait(waited: std::time::Duration) {
