@@ -256,18 +256,98 @@ pub fn from_stored(stored: &[StoredElement]) -> Vec<f32> {
 
 impl Distance<f16> for UnitDotDistance {
     fn eval(&self, a: &[f16], b: &[f16]) -> f32 {
-        // Widened a block at a time on the stack (F16C where the CPU has it), then `dot`.
-        const BLOCK: usize = 64;
-        let mut wide_a = [0.0f32; BLOCK];
-        let mut wide_b = [0.0f32; BLOCK];
-        let mut sum = 0.0;
-        for (block_a, block_b) in a.chunks(BLOCK).zip(b.chunks(BLOCK)) {
-            let len = block_a.len().min(block_b.len());
-            block_a[..len].convert_to_f32_slice(&mut wide_a[..len]);
-            block_b[..len].convert_to_f32_slice(&mut wide_b[..len]);
-            sum += dot(&wide_a[..len], &wide_b[..len]);
+        (1.0 - half_dot(a, b)).clamp(0.0, 2.0)
+    }
+}
+
+/// `a·b` over the common length of two half-float vectors, in `f32`. Where the CPU has AVX2,
+/// FMA and F16C (checked once; every x86-64 server of the last decade), eight halves at a time
+/// are widened in a register and multiplied-added; elsewhere a block at a time is widened on
+/// the stack and handed to [`dot`].
+#[inline]
+pub fn half_dot(a: &[f16], b: &[f16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if *x86::HAS_AVX2_FMA_F16C {
+        // SAFETY: the features the function is compiled for were detected on this CPU.
+        return unsafe { x86::half_dot_avx2(a, b) };
+    }
+    half_dot_portable(a, b)
+}
+
+fn half_dot_portable(a: &[f16], b: &[f16]) -> f32 {
+    const BLOCK: usize = 64;
+    let mut wide_a = [0.0f32; BLOCK];
+    let mut wide_b = [0.0f32; BLOCK];
+    let mut sum = 0.0;
+    for (block_a, block_b) in a.chunks(BLOCK).zip(b.chunks(BLOCK)) {
+        let len = block_a.len().min(block_b.len());
+        block_a[..len].convert_to_f32_slice(&mut wide_a[..len]);
+        block_b[..len].convert_to_f32_slice(&mut wide_b[..len]);
+        sum += dot(&wide_a[..len], &wide_b[..len]);
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::{
+        __m128i, __m256, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps,
+        _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_setzero_ps, _mm_add_ps, _mm_add_ss,
+        _mm_cvtss_f32, _mm_loadu_si128, _mm_movehl_ps, _mm_shuffle_ps,
+    };
+    use std::sync::LazyLock;
+
+    use half::f16;
+
+    pub static HAS_AVX2_FMA_F16C: LazyLock<bool> = LazyLock::new(|| {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    });
+
+    /// Eight halves from `pointer`, widened.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(pointer: *const f16) -> __m256 {
+        // SAFETY: the caller holds eight readable halves at `pointer`; unaligned loads are fine.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(pointer.cast::<__m128i>())) }
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn half_dot_avx2(a: &[f16], b: &[f16]) -> f32 {
+        let len = a.len().min(b.len());
+        let (a, b) = (a.as_ptr(), b.as_ptr());
+        // Four accumulators: four fused multiply-adds in flight.
+        let mut sums = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= len {
+            for (lane, sum) in sums.iter_mut().enumerate() {
+                let at = i + 8 * lane;
+                // SAFETY: `at + 8 <= len`, within both slices.
+                *sum = unsafe { _mm256_fmadd_ps(load8(a.add(at)), load8(b.add(at)), *sum) };
+            }
+            i += 32;
         }
-        (1.0 - sum).clamp(0.0, 2.0)
+        while i + 8 <= len {
+            // SAFETY: `i + 8 <= len`, within both slices.
+            sums[0] = unsafe { _mm256_fmadd_ps(load8(a.add(i)), load8(b.add(i)), sums[0]) };
+            i += 8;
+        }
+        let sum = _mm256_add_ps(
+            _mm256_add_ps(sums[0], sums[1]),
+            _mm256_add_ps(sums[2], sums[3]),
+        );
+        let quad = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+        let single = _mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 0b01));
+        let mut total = _mm_cvtss_f32(single);
+        while i < len {
+            // SAFETY: `i < len`, within both slices.
+            total += unsafe { (*a.add(i)).to_f32() * (*b.add(i)).to_f32() };
+            i += 1;
+        }
+        total
     }
 }
 
@@ -1650,6 +1730,19 @@ mod tests {
             }
             let itself = UnitDotDistance.eval(&to_stored(&vectors[0]), &to_stored(&vectors[0]));
             assert!((0.0..1e-3).contains(&itself), "{dim}: {itself}");
+        }
+    }
+
+    #[test]
+    fn the_vector_kernel_and_the_portable_one_agree_at_every_length() {
+        for len in 0..70 {
+            let a = random_vectors(1, len.max(1), len as u64 + 40).remove(0);
+            let b = random_vectors(1, len.max(1), len as u64 + 140).remove(0);
+            let (a, b) = (to_stored(&a[..len]), to_stored(&b[..len]));
+            let portable = half_dot_portable(&a, &b);
+            let exact: f32 = a.iter().zip(&b).map(|(x, y)| x.to_f32() * y.to_f32()).sum();
+            assert!((half_dot(&a, &b) - exact).abs() < 1e-5, "{len}");
+            assert!((portable - exact).abs() < 1e-5, "{len}");
         }
     }
 
