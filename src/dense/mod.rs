@@ -265,7 +265,7 @@ impl Distance<f16> for UnitDotDistance {
 /// are widened in a register and multiplied-added; elsewhere a block at a time is widened on
 /// the stack and handed to [`dot`].
 #[inline]
-pub fn half_dot(a: &[f16], b: &[f16]) -> f32 {
+fn half_dot(a: &[f16], b: &[f16]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if *x86::HAS_AVX2_FMA_F16C {
         // SAFETY: the features the function is compiled for were detected on this CPU.
@@ -299,7 +299,7 @@ mod x86 {
 
     use half::f16;
 
-    pub static HAS_AVX2_FMA_F16C: LazyLock<bool> = LazyLock::new(|| {
+    pub(super) static HAS_AVX2_FMA_F16C: LazyLock<bool> = LazyLock::new(|| {
         is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c")
@@ -315,9 +315,9 @@ mod x86 {
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn half_dot_avx2(a: &[f16], b: &[f16]) -> f32 {
+    pub(super) unsafe fn half_dot_avx2(a: &[f16], b: &[f16]) -> f32 {
         let len = a.len().min(b.len());
-        let (a, b) = (a.as_ptr(), b.as_ptr());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
         // Four accumulators: four fused multiply-adds in flight.
         let mut sums = [_mm256_setzero_ps(); 4];
         let mut i = 0;
@@ -325,13 +325,13 @@ mod x86 {
             for (lane, sum) in sums.iter_mut().enumerate() {
                 let at = i + 8 * lane;
                 // SAFETY: `at + 8 <= len`, within both slices.
-                *sum = unsafe { _mm256_fmadd_ps(load8(a.add(at)), load8(b.add(at)), *sum) };
+                *sum = unsafe { _mm256_fmadd_ps(load8(pa.add(at)), load8(pb.add(at)), *sum) };
             }
             i += 32;
         }
         while i + 8 <= len {
             // SAFETY: `i + 8 <= len`, within both slices.
-            sums[0] = unsafe { _mm256_fmadd_ps(load8(a.add(i)), load8(b.add(i)), sums[0]) };
+            sums[0] = unsafe { _mm256_fmadd_ps(load8(pa.add(i)), load8(pb.add(i)), sums[0]) };
             i += 8;
         }
         let sum = _mm256_add_ps(
@@ -341,13 +341,12 @@ mod x86 {
         let quad = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
         let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
         let single = _mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 0b01));
-        let mut total = _mm_cvtss_f32(single);
-        while i < len {
-            // SAFETY: `i < len`, within both slices.
-            total += unsafe { (*a.add(i)).to_f32() * (*b.add(i)).to_f32() };
-            i += 1;
-        }
-        total
+        let tail: f32 = a[i..len]
+            .iter()
+            .zip(&b[i..len])
+            .map(|(x, y)| x.to_f32() * y.to_f32())
+            .sum();
+        _mm_cvtss_f32(single) + tail
     }
 }
 
