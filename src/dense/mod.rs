@@ -784,6 +784,7 @@ impl DenseIndex {
         let merged = self.build_merged_segment(&sources, vectors);
         // Written before the swap, listed in the manifest at the swap.
         let entry = self.dump_merged_segment(&merged);
+        let merged = self.read_back(merged, entry.as_ref());
         let mut writer = self.writer_side();
         move_unchanged_keys(&mut writer, &sources, &merged);
         let removed_entries = self.list_merged_in_manifest(&mut writer, ids, &merged, entry);
@@ -851,6 +852,22 @@ impl DenseIndex {
                     .persist_failures
                     .fetch_add(1, Ordering::Relaxed);
                 None
+            }
+        }
+    }
+
+    /// `merged` as loaded from its dump `entry`, its vectors mapped from the data file as those
+    /// of the segments loaded at open are, rather than held; `merged` itself when there is no
+    /// dump or it does not load. The loaded segment has the same slots and keys, all dead.
+    fn read_back(&self, merged: Arc<Segment>, entry: Option<&SegmentEntry>) -> Arc<Segment> {
+        let (Some(dir), Some(entry)) = (&self.dir, entry) else {
+            return merged;
+        };
+        match persist::load_segment(dir, entry, self.config.dim) {
+            Ok(loaded) => Arc::new(loaded),
+            Err(error) => {
+                tracing::warn!(%error, "reading a merged dense segment back failed; it stays in memory");
+                merged
             }
         }
     }
@@ -1896,6 +1913,68 @@ mod tests {
             ids_of(&reopened.search(&vectors[1], 10, &|_| true).expect("ok")),
             before
         );
+    }
+
+    /// The names of the files in `dir` this process has mapped now, sorted.
+    #[cfg(target_os = "linux")]
+    fn mapped_files(dir: &Path) -> Vec<String> {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("reads the maps");
+        let dir = dir.to_str().expect("a UTF-8 temporary path");
+        let mut names: Vec<String> = maps
+            .lines()
+            .filter_map(|line| line.split_once(dir))
+            .map(|(_, rest)| {
+                let rest = rest.trim_start_matches('/');
+                rest.trim_end_matches(" (deleted)").to_string()
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn loaded_and_merged_segments_map_their_vectors_and_unmap_them_once_dropped() {
+        let vectors = random_vectors(2400, 16, 12);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = persisted_index(dir.path(), &vectors, 600);
+        index.seal();
+        let sealed = index.sealed_segments();
+        assert_eq!(sealed.len(), 4);
+        assert!(sealed.iter().all(|s| !s.graph.is_mapped()), "built here");
+        drop(sealed);
+        assert_eq!(mapped_files(dir.path()), Vec::<String>::new());
+        drop(index);
+
+        let (index, missing) = reopen(dir.path(), 16, 600, 0..2400);
+        assert!(missing.is_empty(), "{missing:?}");
+        assert!(index.sealed_segments().iter().all(|s| s.graph.is_mapped()));
+        let loaded: Vec<String> = (0..4).map(|id| format!("seg-{id}.hnsw.data")).collect();
+        assert_eq!(mapped_files(dir.path()), loaded);
+
+        // A merge serves its segment from its dump, and lets go of the merged ones' files.
+        let chosen = index.segments_to_merge().expect("a full tier");
+        assert_eq!(chosen, vec![0, 1, 2, 3]);
+        assert!(index.try_start_merge());
+        index.merge_segments(&chosen).expect("merges");
+        let sealed = index.sealed_segments();
+        assert_eq!(sealed.len(), 1);
+        assert!(sealed[0].graph.is_mapped());
+        assert_eq!(
+            mapped_files(dir.path()),
+            [format!("seg-{}.hnsw.data", sealed[0].id)]
+        );
+        drop(sealed);
+        // 2,400 vectors: past the exact scan, so the mapped graph answers.
+        for (id, query) in vectors.iter().enumerate().step_by(7) {
+            assert_eq!(
+                index.search(query, 1, &|_| true).expect("ok")[0].0,
+                id as u64
+            );
+        }
+        drop(index);
+        assert_eq!(mapped_files(dir.path()), Vec::<String>::new());
     }
 
     #[test]

@@ -8,10 +8,10 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use hnsw_rs::prelude::{AnnT, HnswIo};
+use hnsw_rs::prelude::AnnT;
 use serde::{Deserialize, Serialize};
 
-use super::segment::{Graph, Segment};
+use super::segment::{Segment, SegmentGraph};
 use super::DenseError;
 
 pub const MANIFEST_FILE: &str = "manifest.json";
@@ -173,14 +173,9 @@ pub fn load_segment(dir: &Path, entry: &SegmentEntry, dim: usize) -> Result<Segm
             format!("{} keys, the manifest says {}", keys.len(), entry.vectors),
         ));
     }
-    let loader = Box::new(HnswIo::new(dir, &entry.basename));
-    // hnsw_rs asserts (panics) on some malformed dumps; the checksums make that unlikely.
-    let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || load_graph(loader)));
-    let graph: Graph = match loaded {
-        Ok(Ok(graph)) => graph,
-        Ok(Err(error)) => return Err(DenseError::corrupt(dir, error.to_string())),
-        Err(_) => return Err(DenseError::corrupt(dir, "hnsw_rs could not read the dump")),
-    };
+    // The checksums make a malformed dump (on which hnsw_rs may panic) unlikely.
+    let graph = SegmentGraph::load_mapped(dir, &entry.basename)
+        .map_err(|error| DenseError::corrupt(dir, error.to_string()))?;
     if graph.get_nb_point() > 0 && graph.get_point_indexation().get_data_dimension() != dim {
         return Err(DenseError::DimensionMismatch {
             expected: dim,
@@ -190,15 +185,6 @@ pub fn load_segment(dir: &Path, entry: &SegmentEntry, dim: usize) -> Result<Segm
     let segment = Segment::with_graph(entry.id, graph, keys, true);
     segment.mark_persisted();
     Ok(segment)
-}
-
-/// The graph `loader` names. `load_hnsw` returns a graph borrowing its `HnswIo`, for the case
-/// where it maps the data file. We load without mapping (the graph copies every vector), so the
-/// borrow is formal: the `HnswIo` (a path, a name and an empty map: a few dozen bytes) is leaked,
-/// once per loaded segment, to give the graph a `'static` lifetime. Mapping the data would need
-/// the two kept together (and the files kept until the graph is dropped).
-fn load_graph(loader: Box<HnswIo>) -> anyhow::Result<Graph> {
-    Box::leak(loader).load_hnsw::<super::StoredElement, super::UnitDotDistance>()
 }
 
 /// Removes the files of segments the manifest does not list (and a stray temporary manifest).

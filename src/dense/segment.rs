@@ -4,22 +4,118 @@
 //! plain loads while the writer inserts (hnsw_rs's `insert_slice` and `search_filter` take `&self`
 //! and lock internally).
 
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
+use std::path::Path;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use hnsw_rs::prelude::Hnsw;
+use hnsw_rs::prelude::{Hnsw, HnswIo, ReloadOptions};
 
 use super::{
     from_stored, DenseIndexConfig, StoredElement, UnitDotDistance, EXHAUSTIVE_SEARCH_SLOTS,
 };
 
-/// The graph of one segment: built here (`'static`, owns its data) or loaded from a dump.
+/// The graph of one segment as hnsw_rs types it. A graph built here owns its vectors; a loaded
+/// one borrows them from its mapped data file, which [`SegmentGraph`] keeps alive for it.
 pub type Graph = Hnsw<'static, StoredElement, UnitDotDistance>;
+
+/// A segment's graph and, for a graph loaded from its dump, the `HnswIo` that holds the memory
+/// map of the dump's data file: the vectors stay in the page cache, where the kernel may drop
+/// them, rather than in the process's own memory.
+///
+/// hnsw_rs's loaded graph borrows the `HnswIo` (`Hnsw<'b>`). The two are kept together here,
+/// the borrow typed `'static`, and dropped in order: the graph, then the map. Nothing taken from
+/// the graph (an `Arc<Point>` of its point iterator) may outlive it; the dense module only
+/// reads points within a borrow of their segment.
+pub struct SegmentGraph {
+    graph: ManuallyDrop<Graph>,
+    /// Leaked from a `Box` by [`SegmentGraph::load_mapped`], freed by `drop` after the graph.
+    mapping: Option<NonNull<HnswIo>>,
+}
+
+// SAFETY: the graph is `Send` and `Sync` itself (hnsw_rs locks internally; asserted below), and
+// the mapped vectors it reads are never written. The `HnswIo` is touched only by `drop`, which
+// has the value to itself, and it is `Send` (asserted below).
+unsafe impl Send for SegmentGraph {}
+unsafe impl Sync for SegmentGraph {}
+
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send::<HnswIo>();
+    assert_send_sync::<Graph>();
+};
+
+impl SegmentGraph {
+    /// A graph that owns its vectors (built in this process).
+    pub fn owned(graph: Graph) -> Self {
+        Self {
+            graph: ManuallyDrop::new(graph),
+            mapping: None,
+        }
+    }
+
+    /// Loads the dump `basename` in `dir`, the vectors mapped from its data file. hnsw_rs
+    /// panics rather than failing on some malformed dumps: a panic is an error here too.
+    pub fn load_mapped(dir: &Path, basename: &str) -> anyhow::Result<Self> {
+        let options = ReloadOptions::default().set_mmap(true);
+        let loader = Box::new(HnswIo::new_with_options(dir, basename, options));
+        let mapping = NonNull::from(Box::leak(loader));
+        let loaded = std::panic::catch_unwind(|| {
+            // SAFETY: the loader stays allocated, and is not touched, until `drop` frees it,
+            // after the graph that borrows it.
+            let loader: &'static mut HnswIo = unsafe { &mut *mapping.as_ptr() };
+            loader.load_hnsw::<StoredElement, UnitDotDistance>()
+        });
+        match loaded {
+            Ok(Ok(graph)) => Ok(Self {
+                graph: ManuallyDrop::new(graph),
+                mapping: Some(mapping),
+            }),
+            failed => {
+                // SAFETY: no graph borrows the loader any more (a partial one was dropped
+                // with the error or the unwinding).
+                drop(unsafe { Box::from_raw(mapping.as_ptr()) });
+                match failed {
+                    Ok(Err(error)) => Err(error),
+                    _ => Err(anyhow::anyhow!("hnsw_rs could not read the dump")),
+                }
+            }
+        }
+    }
+
+    /// Whether the vectors are mapped from a data file (not held in memory).
+    #[cfg(test)]
+    pub fn is_mapped(&self) -> bool {
+        self.mapping.is_some()
+    }
+}
+
+impl Deref for SegmentGraph {
+    type Target = Graph;
+
+    fn deref(&self) -> &Graph {
+        &self.graph
+    }
+}
+
+impl Drop for SegmentGraph {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here, and never used after.
+        unsafe { ManuallyDrop::drop(&mut self.graph) };
+        if let Some(mapping) = self.mapping.take() {
+            // SAFETY: leaked by `load_mapped`; the graph, its only borrower, is gone.
+            drop(unsafe { Box::from_raw(mapping.as_ptr()) });
+        }
+    }
+}
 
 pub struct Segment {
     /// Unique within the index, never reused: names the segment's files.
     pub id: u64,
-    pub graph: Graph,
+    pub graph: SegmentGraph,
     /// The key of each slot (hnsw_rs's data id is the slot number).
     slot_keys: Vec<AtomicU64>,
     slot_live: Vec<AtomicBool>,
@@ -55,11 +151,11 @@ impl Segment {
             config.ef_construction,
             UnitDotDistance,
         );
-        Self::with_graph(id, graph, vec![0; capacity], false)
+        Self::with_graph(id, SegmentGraph::owned(graph), vec![0; capacity], false)
     }
 
     /// A segment over `graph` whose slots hold `keys`, every slot dead until marked live.
-    pub fn with_graph(id: u64, graph: Graph, keys: Vec<u64>, filled: bool) -> Self {
+    pub fn with_graph(id: u64, graph: SegmentGraph, keys: Vec<u64>, filled: bool) -> Self {
         let capacity = keys.len();
         let segment = Self {
             id,
