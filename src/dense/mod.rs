@@ -858,12 +858,13 @@ impl DenseIndex {
 
     /// `merged` as loaded from its dump `entry`, its vectors mapped from the data file as those
     /// of the segments loaded at open are, rather than held; `merged` itself when there is no
-    /// dump or it does not load. The loaded segment has the same slots and keys, all dead.
+    /// dump or it does not load. The loaded segment has the same slots and keys, all dead. The
+    /// files were checksummed as they were written, just before.
     fn read_back(&self, merged: Arc<Segment>, entry: Option<&SegmentEntry>) -> Arc<Segment> {
         let (Some(dir), Some(entry)) = (&self.dir, entry) else {
             return merged;
         };
-        match persist::load_segment(dir, entry, self.config.dim) {
+        match persist::load_segment_unverified(dir, entry, self.config.dim) {
             Ok(loaded) => Arc::new(loaded),
             Err(error) => {
                 tracing::warn!(%error, "reading a merged dense segment back failed; it stays in memory");

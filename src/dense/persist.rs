@@ -165,6 +165,16 @@ pub fn load_segment(dir: &Path, entry: &SegmentEntry, dim: usize) -> Result<Segm
             ));
         }
     }
+    load_segment_unverified(dir, entry, dim)
+}
+
+/// [`load_segment`] without checking the files against their checksums: for a segment this
+/// process has just written, whose checksums [`dump_segment`] computed from the same bytes.
+pub fn load_segment_unverified(
+    dir: &Path,
+    entry: &SegmentEntry,
+    dim: usize,
+) -> Result<Segment, DenseError> {
     let keys_path = dir.join(format!("{SEGMENT_PREFIX}{}.keys", entry.id));
     let keys = read_keys(&keys_path)?;
     if keys.len() != entry.vectors {
