@@ -68,20 +68,18 @@ impl SegmentGraph {
             // after the graph that borrows it.
             let loader: &'static mut HnswIo = unsafe { &mut *mapping.as_ptr() };
             loader.load_hnsw::<StoredElement, UnitDotDistance>()
-        });
+        })
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("hnsw_rs could not read the dump")));
         match loaded {
-            Ok(Ok(graph)) => Ok(Self {
+            Ok(graph) => Ok(Self {
                 graph: ManuallyDrop::new(graph),
                 mapping: Some(mapping),
             }),
-            failed => {
+            Err(error) => {
                 // SAFETY: no graph borrows the loader any more (a partial one was dropped
                 // with the error or the unwinding).
                 drop(unsafe { Box::from_raw(mapping.as_ptr()) });
-                match failed {
-                    Ok(Err(error)) => Err(error),
-                    _ => Err(anyhow::anyhow!("hnsw_rs could not read the dump")),
-                }
+                Err(error)
             }
         }
     }
