@@ -16,6 +16,11 @@
 //! A word of printable ASCII not yet known skips that call when the tokenizer is plain BERT
 //! ([`AsciiWordPiece`]): its pieces go straight to the tokenizer's own WordPiece model. Corpora
 //! of paths and identifiers are mostly such words, each seen once.
+//!
+//! Chinese text has no spaces, so its "words" are whole clauses, too long to remember and each
+//! seen once: every one went through the whole pipeline. A BERT normaliser that isolates Chinese
+//! chars (`handle_chinese_chars`) makes each a word of its own ([`ChineseCuts`]), and the memory
+//! then cuts there too: Chinese text costs a lookup per char, like any other text.
 
 use std::hash::BuildHasher;
 use std::ops::Range;
@@ -50,6 +55,8 @@ pub(super) struct WordMemo {
     shards: Box<[Mutex<Shard>]>,
     /// The fast path for printable ASCII words, when the tokenizer allows it.
     ascii: Option<AsciiWordPiece>,
+    /// Whether both sides of a Chinese char are cuts too.
+    chinese_cuts: ChineseCuts,
 }
 
 impl std::fmt::Debug for WordMemo {
@@ -68,6 +75,7 @@ impl WordMemo {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             ascii: AsciiWordPiece::of(tokenizer),
+            chinese_cuts: ChineseCuts::of(tokenizer),
         }
     }
 
@@ -92,7 +100,7 @@ impl WordMemo {
         input: &str,
         tokens: &mut dyn FnMut(usize, usize, u32),
     ) -> tokenizers::Result<()> {
-        let words = words_of(input);
+        let words = words_of(input, self.chinese_cuts);
         // The tokens of the words remembered, in order, with a slot for each of the others.
         let mut slots: Vec<Slot> = Vec::with_capacity(words.len() + words.len() / 2);
         let mut unknown = Vec::new();
@@ -345,14 +353,73 @@ fn encode_together(
     Ok((!crossed).then_some(per_word))
 }
 
+/// Whether both sides of a Chinese char are cuts, besides the ASCII whitespace of
+/// [`words_of`]. They are for a whitespace-local tokenizer ([`CutRule::WhitespaceWords`]) whose
+/// normaliser is BERT's with `handle_chinese_chars`, and whose added tokens neither hold a
+/// Chinese char nor are `single_word`:
+/// - the normaliser puts a space before and after each Chinese char (BERT's `is_chinese_char`:
+///   the CJK ideograph blocks, [`is_chinese_char`]), judged on the raw char: only `clean_text`
+///   runs before it, and it drops control chars and maps whitespace to a space. What follows
+///   (accent stripping, lowercasing) maps a char to chars and keeps the spaces; canonical
+///   reordering of combining marks stops at the Chinese char, a starter;
+/// - the pre-tokenizer splits at those spaces, so the char is a word alone, and WordPiece
+///   tokenizes each word alone;
+/// - an added token is matched before the pre-tokenizer: one that holds no Chinese char (nor,
+///   under the rule, whitespace) cannot match across one; a `single_word` one checks the chars
+///   beside a match, and a Chinese char (a word char) there would decline a match that the
+///   word alone, the char cut off, would take.
+///
+/// [`CutRule::WhitespaceWords`]: super::spans::CutRule::WhitespaceWords
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ChineseCuts(bool);
+
+impl ChineseCuts {
+    /// The cuts of `tokenizer`, whitespace-local as every tokenizer of this memory is.
+    fn of(tokenizer: &Tokenizer) -> Self {
+        let isolates_chinese = matches!(
+            tokenizer.get_normalizer(),
+            Some(NormalizerWrapper::BertNormalizer(bert)) if bert.handle_chinese_chars
+        );
+        let added_tokens_ok = tokenizer
+            .get_added_tokens_decoder()
+            .values()
+            .all(|token| !token.single_word && !token.content.chars().any(is_chinese_char));
+        Self(isolates_chinese && added_tokens_ok)
+    }
+}
+
+/// BERT's Chinese chars (`tokenizers::normalizers::bert::is_chinese_char`, which is private):
+/// the CJK Unified Ideographs and their extensions A to E, and the compatibility ideographs.
+fn is_chinese_char(c: char) -> bool {
+    matches!(
+        u32::from(c),
+        0x4E00..=0x9FFF
+            | 0x3400..=0x4DBF
+            | 0x20000..=0x2A6DF
+            | 0x2A700..=0x2B73F
+            | 0x2B740..=0x2B81F
+            | 0x2B920..=0x2CEAF
+            | 0xF900..=0xFAFF
+            | 0x2F800..=0x2FA1F
+    )
+}
+
 /// The words of `input`: the non-empty stretches between runs of ASCII whitespace (space, tab,
 /// line feed, carriage return) that have a printable ASCII char or the input's edge on each side.
 /// A run beside anything else (a combining mark, a control char, non-ASCII whitespace) is not
-/// known to be a cut and stays inside its word.
-fn words_of(input: &str) -> Vec<Range<usize>> {
+/// known to be a cut and stays inside its word. With `chinese_cuts`, each Chinese char is a word
+/// of its own, and so is each stretch between two of them.
+fn words_of(input: &str, chinese_cuts: ChineseCuts) -> Vec<Range<usize>> {
     let bytes = input.as_bytes();
     let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
     let mut words = Vec::with_capacity(bytes.len() / 5 + 1);
+    let mut push = |word: Range<usize>| {
+        if chinese_cuts.0 && !input[word.clone()].is_ascii() {
+            push_cut_at_chinese_chars(input, word, &mut words);
+        } else {
+            words.push(word);
+        }
+    };
     let mut word_start = 0;
     let mut at = 0;
     while at < bytes.len() {
@@ -368,15 +435,33 @@ fn words_of(input: &str) -> Vec<Range<usize>> {
         let cut_after = at == bytes.len() || bytes[at].is_ascii_graphic();
         if cut_before && cut_after {
             if run_start > word_start {
-                words.push(word_start..run_start);
+                push(word_start..run_start);
             }
             word_start = at;
         }
     }
     if word_start < bytes.len() {
-        words.push(word_start..bytes.len());
+        push(word_start..bytes.len());
     }
     words
+}
+
+/// Pushes the pieces of `word` (a range of `input`) cut before and after each Chinese char.
+fn push_cut_at_chinese_chars(input: &str, word: Range<usize>, words: &mut Vec<Range<usize>>) {
+    let mut piece_start = word.start;
+    for (offset, c) in input[word.clone()].char_indices() {
+        if is_chinese_char(c) {
+            let at = word.start + offset;
+            if at > piece_start {
+                words.push(piece_start..at);
+            }
+            piece_start = at + c.len_utf8();
+            words.push(at..piece_start);
+        }
+    }
+    if piece_start < word.end {
+        words.push(piece_start..word.end);
+    }
 }
 
 #[cfg(test)]
@@ -417,7 +502,10 @@ mod tests {
     #[test]
     fn words_end_only_at_ascii_whitespace_between_printable_ascii() {
         fn words(input: &str) -> Vec<&str> {
-            words_of(input).into_iter().map(|r| &input[r]).collect()
+            words_of(input, ChineseCuts(false))
+                .into_iter()
+                .map(|r| &input[r])
+                .collect()
         }
         assert_eq!(words("  one two\n\tthree  "), ["one", "two", "three"]);
         assert!(words("").is_empty() && words(" \n ").is_empty());
@@ -425,6 +513,47 @@ mod tests {
         assert_eq!(words("a \u{301}b c"), ["a \u{301}b", "c"]);
         assert_eq!(words("x \u{b} y z"), ["x \u{b} y", "z"]);
         assert_eq!(words("東 京 a b"), ["東 京 a", "b"]);
+    }
+
+    #[test]
+    fn with_chinese_cuts_each_chinese_char_is_a_word() {
+        fn words(input: &str) -> Vec<&str> {
+            words_of(input, ChineseCuts(true))
+                .into_iter()
+                .map(|r| &input[r])
+                .collect()
+        }
+        assert_eq!(words("東 京 a b"), ["東", " ", "京", " a", "b"]);
+        assert_eq!(
+            words("PCI Express端口（PCIe）驱\u{301}。"),
+            ["PCI", "Express", "端", "口", "（PCIe）", "驱", "\u{301}。"]
+        );
+        // Extension B and a compatibility ideograph are Chinese chars; kana and hangul are not.
+        assert_eq!(words("𠀀豈のひ한국"), ["𠀀", "豈", "のひ한국"]);
+        assert_eq!(words("plain ascii, café"), ["plain", "ascii,", "café"]);
+    }
+
+    #[test]
+    fn chinese_chars_are_cuts_only_where_the_normaliser_isolates_them() {
+        use tokenizers::normalizers::BertNormalizer;
+        use tokenizers::AddedToken;
+        let shipped = minilm().tokenizer.clone();
+        assert_eq!(ChineseCuts::of(&shipped), ChineseCuts(true));
+        let mut kept_together = shipped.clone();
+        kept_together
+            .with_normalizer(Some(BertNormalizer::new(true, false, None, true)))
+            .unwrap();
+        let mut chinese_added = shipped.clone();
+        chinese_added
+            .add_tokens([AddedToken::from("端口", false)])
+            .unwrap();
+        let mut single_word = shipped.clone();
+        single_word
+            .add_tokens([AddedToken::from("zork", false).single_word(true)])
+            .unwrap();
+        for tokenizer in [kept_together, chinese_added, single_word] {
+            assert_eq!(ChineseCuts::of(&tokenizer), ChineseCuts(false));
+        }
     }
 
     #[test]
@@ -485,6 +614,29 @@ mod tests {
                     (ascii, tokenizer)
                 })
                 .collect()
+        })
+    }
+
+    /// The plain BERTs of [`plain_berts`], and the cased one without accent stripping, whose
+    /// combining marks survive to sit beside Chinese chars.
+    fn chinese_berts() -> &'static [(&'static str, Tokenizer)] {
+        use tokenizers::normalizers::BertNormalizer;
+        static BERTS: std::sync::OnceLock<Vec<(&'static str, Tokenizer)>> =
+            std::sync::OnceLock::new();
+        BERTS.get_or_init(|| {
+            let mut keeps_accents = minilm().tokenizer.clone();
+            keeps_accents
+                .with_normalizer(Some(BertNormalizer::new(true, true, Some(false), false)))
+                .unwrap();
+            let [shipped, lowercase_added, cased_added] = plain_berts() else {
+                unreachable!("three plain BERTs")
+            };
+            vec![
+                ("shipped", shipped.1.clone()),
+                ("lowercase, added tokens", lowercase_added.1.clone()),
+                ("cased, added tokens", cased_added.1.clone()),
+                ("cased, accents kept", keeps_accents),
+            ]
         })
     }
 
@@ -618,6 +770,46 @@ mod tests {
                 .iter()
                 .any(|added| lowered.contains(added));
             prop_assert!(taken || has_added, "declined {:?}", word);
+        }
+
+        /// Chinese text mixed with what may lie beside it (fullwidth punctuation, kana, combining
+        /// marks, control chars, ASCII words and spaces, added tokens), word by word and cut at
+        /// each Chinese char, gives the tokens of one `encode`: with MiniLM as shipped, a cased
+        /// variant that keeps accents, and one with added tokens.
+        #[test]
+        fn chinese_text_word_by_word_is_one_encode(
+            text in prop::collection::vec(
+                prop_oneof![
+                    6 => "[\u{4E00}-\u{4E3F}\u{9FA0}-\u{9FFF}]{1,6}",
+                    1 => "[\u{3400}\u{4DBF}\u{20000}\u{2A6DF}\u{F900}\u{FAFF}\u{2F800}\u{2FA1F}]",
+                    1 => "[\u{33FF}\u{4DC0}\u{A000}\u{F8FF}\u{FB00}\u{3041}-\u{3045}\u{AC00}]",
+                    2 => prop::sample::select(vec![
+                        "，", "。", "（", "）", "：", "、", "\u{3000}", "\u{301}", "\u{308}",
+                        "\u{1}", "\u{200b}", "é", "e\u{301}", "[MASK]", "[unk]", "zork", "Qz",
+                        "##", "'s", "-", ".", "(",
+                    ]).prop_map(str::to_string),
+                    3 => "[a-zA-Z0-9]{1,8}",
+                    3 => prop::sample::select(vec![" ", "  ", "\n", "\t", "\r\n"])
+                        .prop_map(str::to_string),
+                ],
+                0..60,
+            ).prop_map(|parts| parts.concat()),
+        ) {
+            for (_, tokenizer) in chinese_berts() {
+                let memo = WordMemo::new(tokenizer);
+                prop_assert_eq!(memo.chinese_cuts, ChineseCuts(true));
+                let by_words = |text: &str| {
+                    let mut tokens = Vec::new();
+                    memo.encode(tokenizer, text, &mut |start, end, id| {
+                        tokens.push((start, end, id))
+                    })
+                    .unwrap();
+                    tokens
+                };
+                let expected = whole(tokenizer, &text);
+                prop_assert_eq!(by_words(&text), expected.clone(), "cold: {:?}", text);
+                prop_assert_eq!(by_words(&text), expected, "remembered: {:?}", text);
+            }
         }
 
         /// Random printable ASCII text with spaces, tabs and line breaks, word by word through
