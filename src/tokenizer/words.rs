@@ -479,15 +479,24 @@ mod tests {
         }
     }
 
-    fn by_words(input: &str) -> Vec<(usize, usize, u32)> {
-        let loaded = minilm();
-        let memo = loaded.words.as_ref().expect("MiniLM is whitespace-local");
+    /// The tokens `memo` gives `input` word by word.
+    fn by_words_in(
+        memo: &WordMemo,
+        tokenizer: &Tokenizer,
+        input: &str,
+    ) -> Vec<(usize, usize, u32)> {
         let mut tokens = Vec::new();
-        memo.encode(&loaded.tokenizer, input, &mut |start, end, id| {
+        memo.encode(tokenizer, input, &mut |start, end, id| {
             tokens.push((start, end, id))
         })
         .unwrap();
         tokens
+    }
+
+    fn by_words(input: &str) -> Vec<(usize, usize, u32)> {
+        let loaded = minilm();
+        let memo = loaded.words.as_ref().expect("MiniLM is whitespace-local");
+        by_words_in(memo, &loaded.tokenizer, input)
     }
 
     fn whole(tokenizer: &Tokenizer, input: &str) -> Vec<(usize, usize, u32)> {
@@ -499,14 +508,17 @@ mod tests {
         tokens
     }
 
+    /// The words [`words_of`] finds in `input`, as text.
+    fn words(input: &str, chinese_cuts: bool) -> Vec<&str> {
+        words_of(input, ChineseCuts(chinese_cuts))
+            .into_iter()
+            .map(|r| &input[r])
+            .collect()
+    }
+
     #[test]
     fn words_end_only_at_ascii_whitespace_between_printable_ascii() {
-        fn words(input: &str) -> Vec<&str> {
-            words_of(input, ChineseCuts(false))
-                .into_iter()
-                .map(|r| &input[r])
-                .collect()
-        }
+        let words = |input| words(input, false);
         assert_eq!(words("  one two\n\tthree  "), ["one", "two", "three"]);
         assert!(words("").is_empty() && words(" \n ").is_empty());
         // Beside a combining mark, a control char or non-ASCII text the run is not a cut.
@@ -517,12 +529,7 @@ mod tests {
 
     #[test]
     fn with_chinese_cuts_each_chinese_char_is_a_word() {
-        fn words(input: &str) -> Vec<&str> {
-            words_of(input, ChineseCuts(true))
-                .into_iter()
-                .map(|r| &input[r])
-                .collect()
-        }
+        let words = |input| words(input, true);
         assert_eq!(words("東 京 a b"), ["東", " ", "京", " a", "b"]);
         assert_eq!(
             words("PCI Express端口（PCIe）驱\u{301}。"),
@@ -774,8 +781,8 @@ mod tests {
 
         /// Chinese text mixed with what may lie beside it (fullwidth punctuation, kana, combining
         /// marks, control chars, ASCII words and spaces, added tokens), word by word and cut at
-        /// each Chinese char, gives the tokens of one `encode`: with MiniLM as shipped, a cased
-        /// variant that keeps accents, and one with added tokens.
+        /// each Chinese char, gives the tokens of one `encode`, cold and remembered, with each
+        /// of [`chinese_berts`].
         #[test]
         fn chinese_text_word_by_word_is_one_encode(
             text in prop::collection::vec(
@@ -795,20 +802,14 @@ mod tests {
                 0..60,
             ).prop_map(|parts| parts.concat()),
         ) {
-            for (_, tokenizer) in chinese_berts() {
+            for (name, tokenizer) in chinese_berts() {
                 let memo = WordMemo::new(tokenizer);
-                prop_assert_eq!(memo.chinese_cuts, ChineseCuts(true));
-                let by_words = |text: &str| {
-                    let mut tokens = Vec::new();
-                    memo.encode(tokenizer, text, &mut |start, end, id| {
-                        tokens.push((start, end, id))
-                    })
-                    .unwrap();
-                    tokens
-                };
+                prop_assert_eq!(memo.chinese_cuts, ChineseCuts(true), "{}", name);
                 let expected = whole(tokenizer, &text);
-                prop_assert_eq!(by_words(&text), expected.clone(), "cold: {:?}", text);
-                prop_assert_eq!(by_words(&text), expected, "remembered: {:?}", text);
+                let cold = by_words_in(&memo, tokenizer, &text);
+                prop_assert_eq!(cold, expected.clone(), "{} cold: {:?}", name, text);
+                let remembered = by_words_in(&memo, tokenizer, &text);
+                prop_assert_eq!(remembered, expected, "{} remembered: {:?}", name, text);
             }
         }
 
