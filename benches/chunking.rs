@@ -16,9 +16,10 @@
 //! (`LATHE_MINILM_TOKENIZER` overrides the tokenizer path; add `-- --measurement-time 3` for a
 //! short run; `LATHE_BENCH_DOCS=N` takes the first N documents).
 
+mod common;
+
 use std::hint::black_box;
 use std::ops::Range;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -55,32 +56,7 @@ fn load_tokenizer() -> Tokenizer {
 }
 
 fn load_corpus() -> Corpus {
-    let Ok(folder) = std::env::var("LATHE_DEBIAN_DOCS") else {
-        panic!(
-            "LATHE_DEBIAN_DOCS is not set: run `scripts/fetch-debian-docs.sh /tmp/lathe-debian-docs` \
-             and set LATHE_DEBIAN_DOCS=/tmp/lathe-debian-docs"
-        );
-    };
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&folder)
-        .unwrap_or_else(|error| {
-            panic!(
-                "cannot read LATHE_DEBIAN_DOCS={folder}: {error}; run scripts/fetch-debian-docs.sh"
-            )
-        })
-        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-        .filter(|path| path.extension().is_some_and(|ext| ext == "txt"))
-        .collect();
-    paths.sort();
-    if let Some(limit) = std::env::var("LATHE_BENCH_DOCS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-    {
-        paths.truncate(limit);
-    }
-    assert!(
-        !paths.is_empty(),
-        "no .txt documents in {folder}; run scripts/fetch-debian-docs.sh"
-    );
+    let paths = common::debian_docs_paths();
     let mut sections = Vec::new();
     for path in &paths {
         let text = std::fs::read(path).expect("readable document");

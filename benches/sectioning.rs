@@ -12,7 +12,8 @@
 //! (`LATHE_BENCH_PASSES=N` warm passes, default 5; `LATHE_BENCH_DOCS=N` takes the first N
 //! documents; `LATHE_MODELS_DIR` overrides ./models).
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::{Duration, Instant};
 
 use lathe::sections::{split_document, Format};
@@ -33,24 +34,7 @@ fn env_number(name: &str, default: usize) -> usize {
 }
 
 fn load_documents() -> Vec<String> {
-    let Ok(folder) = std::env::var("LATHE_DEBIAN_DOCS") else {
-        panic!(
-            "LATHE_DEBIAN_DOCS is not set: run `scripts/fetch-debian-docs.sh /tmp/lathe-debian-docs` \
-             and set LATHE_DEBIAN_DOCS=/tmp/lathe-debian-docs"
-        );
-    };
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&folder)
-        .unwrap_or_else(|error| panic!("cannot read LATHE_DEBIAN_DOCS={folder}: {error}"))
-        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-        .filter(|path| path.extension().is_some_and(|ext| ext == "txt"))
-        .collect();
-    paths.sort();
-    paths.truncate(env_number("LATHE_BENCH_DOCS", usize::MAX));
-    assert!(
-        !paths.is_empty(),
-        "no .txt documents in {folder}; run scripts/fetch-debian-docs.sh"
-    );
-    paths
+    common::debian_docs_paths()
         .iter()
         .map(|path| String::from_utf8_lossy(&std::fs::read(path).expect("readable")).into_owned())
         .collect()
@@ -105,9 +89,7 @@ fn pass(
 fn main() {
     let documents = load_documents();
     let bytes: usize = documents.iter().map(String::len).sum();
-    let models = std::env::var_os("LATHE_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models"));
+    let models = common::manifest_path("LATHE_MODELS_DIR", "models");
     let tokenizer =
         BudgetTokenizer::resolve("minilm", &models).expect("run scripts/fetch-models.sh");
     let threads = env_number("LATHE_BENCH_THREADS", 2).max(1);

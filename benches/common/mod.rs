@@ -23,6 +23,38 @@ pub fn squad_dir() -> PathBuf {
     manifest_path("LATHE_SQUAD_DIR", "../shared/eval/squad-a")
 }
 
+/// The `.txt` documents of the Debian-docs corpus in `LATHE_DEBIAN_DOCS`, sorted, the first
+/// `LATHE_BENCH_DOCS` of them when that is set.
+pub fn debian_docs_paths() -> Vec<PathBuf> {
+    let Ok(folder) = std::env::var("LATHE_DEBIAN_DOCS") else {
+        panic!(
+            "LATHE_DEBIAN_DOCS is not set: run `scripts/fetch-debian-docs.sh /tmp/lathe-debian-docs` \
+             and set LATHE_DEBIAN_DOCS=/tmp/lathe-debian-docs"
+        );
+    };
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&folder)
+        .unwrap_or_else(|error| {
+            panic!(
+                "cannot read LATHE_DEBIAN_DOCS={folder}: {error}; run scripts/fetch-debian-docs.sh"
+            )
+        })
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "txt"))
+        .collect();
+    paths.sort();
+    if let Some(limit) = std::env::var("LATHE_BENCH_DOCS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        paths.truncate(limit);
+    }
+    assert!(
+        !paths.is_empty(),
+        "no .txt documents in {folder}; run scripts/fetch-debian-docs.sh"
+    );
+    paths
+}
+
 /// Each section of `document` as (byte start, text): the dataset gives sections in chars.
 pub fn section_texts(document: &DatasetDocument) -> Vec<(usize, String)> {
     let char_starts: Vec<usize> = document
