@@ -51,6 +51,7 @@ fn documents(dataset: &Dataset) -> Vec<DocumentRecord> {
                     sentences: Vec::new(),
                     section_key: section_key(&doc_id, ordinal as u64, 1),
                     text,
+                    gap_after: String::new(),
                     byte_start: start as u64,
                     char_start: span.start,
                     sentence_vectors: Vec::new(),

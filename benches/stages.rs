@@ -99,6 +99,7 @@ fn load() -> Workload {
                     doc_title: String::new(),
                     heading_path: Vec::new(),
                     text: texts[ordinal].clone(),
+                    gap_after: String::new(),
                     byte_start: 0,
                     char_start: 0,
                     metadata: Default::default(),

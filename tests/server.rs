@@ -414,6 +414,64 @@ async fn filters_and_position_order() {
     server.stop().await;
 }
 
+/// An answer running over a section boundary comes back as one chunk: the spans of the two
+/// neighbouring sections are joined with the whitespace between them, exactly as the document
+/// has it, in either order and within the budget; a section under another heading stays apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_of_neighbouring_sections_come_back_as_one_exact_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path()).await;
+    let mut client = server.client.clone();
+    create_collection(&mut client, "c").await;
+    let parts = [
+        (
+            "Pilots",
+            "Harbour pilots guide every tanker through the narrow channel.",
+        ),
+        (
+            "Pilots",
+            "Each pilot boards the tanker two miles out, by ladder.",
+        ),
+        ("Museum", "The maritime museum opens at nine on weekdays."),
+    ];
+    let mut text = String::new();
+    let mut sections = Vec::new();
+    for (title, part) in parts {
+        if !text.is_empty() {
+            text.push_str("\n\n  ");
+        }
+        let start = text.chars().count() as u64;
+        text.push_str(part);
+        sections.push(proto::SectionBoundary {
+            start,
+            end: text.chars().count() as u64,
+            title: title.to_string(),
+        });
+    }
+    let mut port = document("port", &text, Format::Plain);
+    port.sections = sections;
+    upsert(&mut client, "c", vec![port]).await;
+
+    for order in [proto::ResultOrder::Score, proto::ResultOrder::Position] {
+        let mut request = retrieve_request("c", "pilot boards tanker channel museum", 512);
+        request.order = order as i32;
+        let response = retrieve(&mut client, request).await;
+        let texts: Vec<&str> = response.chunks.iter().map(|c| c.text.as_str()).collect();
+        let pilots = format!("{}\n\n  {}", parts[0].1, parts[1].1);
+        assert!(texts.contains(&pilots.as_str()), "{order:?}: {texts:?}");
+        assert!(texts.contains(&parts[2].1), "{order:?}: {texts:?}");
+        for chunk in &response.chunks {
+            let (bytes, chars) = (chunk.bytes.unwrap(), chunk.chars.unwrap());
+            assert_eq!(&text[bytes.start as usize..bytes.end as usize], chunk.text);
+            assert_eq!(char_slice(&text, chars.start, chars.end), chunk.text);
+        }
+        let counted: u32 = response.chunks.iter().map(|c| c.token_count).sum();
+        assert_eq!(counted, response.tokens_used);
+        assert!(response.tokens_used <= 512);
+    }
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_upload_and_wait_writes_survive_restart() {
     let dir = tempfile::tempdir().unwrap();

@@ -22,7 +22,7 @@ use super::dense_upkeep::{open_dense_index, DenseUpkeep, SharedDenseIndex};
 use super::integrity::{Integrity, VerifiedDirectory};
 use super::reader::Snapshot;
 use super::records::WriteOp;
-use super::schema::{self, SectionFields};
+use super::schema::{self, SchemaVersion, SectionFields};
 use super::storage;
 use super::writer::{
     CollectionWriter, CollectionWriterPool, CommitPayload, WriterCommand, WriterSettings,
@@ -105,7 +105,6 @@ impl CollectionIndex {
         settings: &WriterSettings,
         pool: &CollectionWriterPool,
     ) -> Result<Self> {
-        let (schema, fields) = schema::build_schema();
         std::fs::create_dir_all(path).map_err(|e| storage::io_write_error(name, path, &e))?;
         let integrity = Integrity::opening(name);
         let dense_dir = dense_dir(path);
@@ -116,9 +115,9 @@ impl CollectionIndex {
                 let dense_dir = &dense_dir;
                 scope.spawn(move || DenseIndex::load(dense_dir, config))
             });
-            let opened = open_verified_index(path, name, schema, &integrity).and_then(|index| {
+            let opened = open_verified_index(path, name, &integrity).and_then(|(index, fields)| {
                 let reader = open_verified_reader(&index, name, &integrity)?;
-                Ok((index, reader))
+                Ok((index, fields, reader))
             });
             let dense = loading.map(|handle| {
                 handle
@@ -127,7 +126,7 @@ impl CollectionIndex {
             });
             (opened, dense)
         });
-        let (index, reader) = opened?;
+        let (index, fields, reader) = opened?;
         integrity.opened();
         let metas = index.load_metas()?;
         let generation = metas.opstamp;
@@ -306,34 +305,48 @@ pub fn dense_dir(index_path: &Path) -> PathBuf {
     }
 }
 
-/// The tantivy index in `path` (created when absent) over a [`VerifiedDirectory`], its analyzer
-/// registered; an index of another schema is refused as written by another version.
+/// The tantivy index in `path` (created when absent, with today's schema) and its fields, its
+/// analyzer registered. An index created before gaps were stored keeps its schema
+/// ([`SchemaVersion::WithoutGaps`]: it serves and takes writes, and stores no gaps); an index of
+/// any other schema is refused as written by another version.
 fn open_verified_index(
     path: &Path,
     name: &str,
-    schema: tantivy::schema::Schema,
     integrity: &Arc<Integrity>,
-) -> Result<Index> {
+) -> Result<(Index, SectionFields)> {
     let directory = storage::IndexDirectory::open(path)
         .map_err(|e| LatheError::internal(format!("opening {}: {e}", path.display())))?;
-    let directory = VerifiedDirectory::new(directory, path, Arc::clone(integrity));
-    let index = match Index::open_or_create(directory, schema) {
-        Ok(index) => index,
-        Err(tantivy::TantivyError::SchemaError(reason)) => {
-            return Err(LatheError::IncompatibleIndex {
+    let directory: Box<dyn tantivy::Directory> = Box::new(VerifiedDirectory::new(
+        directory,
+        path,
+        Arc::clone(integrity),
+    ));
+    let exists = Index::exists(&*directory)
+        .map_err(|e| storage::write_error(name, path, tantivy::TantivyError::from(e)))?;
+    let (index, fields) = if exists {
+        let index = Index::open(directory).map_err(|e| storage::write_error(name, path, e))?;
+        let fields = [SchemaVersion::Current, SchemaVersion::WithoutGaps]
+            .into_iter()
+            .map(schema::build_schema_version)
+            .find_map(|(schema, fields)| (index.schema() == schema).then_some(fields))
+            .ok_or_else(|| LatheError::IncompatibleIndex {
                 collection: name.to_string(),
                 reason: format!(
-                    "its index in {} has another schema ({reason}): it was written by an \
-                     earlier version of Lathe, without per-section checksums; delete the \
-                     collection, create it again and upsert its documents",
+                    "its index in {} has another schema: it was written by an earlier version \
+                     of Lathe, without per-section checksums; delete the collection, create it \
+                     again and upsert its documents",
                     path.display()
                 ),
-            })
-        }
-        Err(error) => return Err(storage::write_error(name, path, error)),
+            })?;
+        (index, fields)
+    } else {
+        let (schema, fields) = schema::build_schema();
+        let index = Index::create(directory, schema, tantivy::IndexSettings::default())
+            .map_err(|e| storage::write_error(name, path, e))?;
+        (index, fields)
     };
     schema::register_analyzer(&index);
-    Ok(index)
+    Ok((index, fields))
 }
 
 /// The index's reader, reloaded by the writer only. Opening it opens every segment file, each
@@ -357,8 +370,9 @@ fn open_verified_reader(index: &Index, name: &str, integrity: &Integrity) -> Res
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{open, written_collection};
+    use super::super::testing::{document, open, write_and_wait, written_collection};
     use super::*;
+    use crate::types::Filter;
 
     #[test]
     fn a_damaged_file_refuses_the_open_with_data_loss_naming_it() {
@@ -393,6 +407,54 @@ mod tests {
         }
         // The damaged file stays as it was: nothing is repaired, removed or rewritten.
         assert_eq!(std::fs::read(&postings).unwrap(), damaged);
+    }
+
+    /// A collection created before gaps were stored keeps its schema: it opens, serves and
+    /// takes writes (their gaps are not stored, so its sections are never joined), and the
+    /// sections of a new index keep their gaps.
+    #[test]
+    fn an_index_from_before_gaps_opens_serves_and_takes_writes() {
+        let data_dir = tempfile::tempdir().unwrap();
+        let gapped = |doc_id: &str| {
+            let mut record = document(doc_id, 1, &["hazards ahead", "boats afloat"]);
+            record.sections[0].gap_after = "\n\n".into();
+            record.sections[1].byte_start += 2;
+            record.sections[1].char_start += 2;
+            record
+        };
+        let stored_gaps = |index: &CollectionIndex| {
+            let snapshot = index.snapshot();
+            let terms = index.query_terms("hazards boats");
+            let mut hits = index
+                .search(&snapshot, &terms, &Filter::default(), 8)
+                .unwrap();
+            hits.sort_by_key(|hit| hit.ordinal);
+            hits.into_iter()
+                .map(|hit| (hit.text, hit.gap_after))
+                .collect::<Vec<_>>()
+        };
+
+        let old = data_dir.path().join("collections/old/index");
+        std::fs::create_dir_all(&old).unwrap();
+        let (schema, _) = schema::build_schema_version(SchemaVersion::WithoutGaps);
+        drop(Index::create_in_dir(&old, schema).unwrap());
+        let index = open(&old).unwrap();
+        write_and_wait(&index, vec![WriteOp::Upsert(gapped("a"))]);
+        let expected = [
+            ("hazards ahead".to_string(), String::new()),
+            ("boats afloat".to_string(), String::new()),
+        ];
+        assert_eq!(stored_gaps(&index), expected);
+        index.shutdown();
+        let index = open(&old).unwrap();
+        assert_eq!(stored_gaps(&index), expected, "after a reopen");
+        index.shutdown();
+
+        let new = data_dir.path().join("collections/new/index");
+        let index = open(&new).unwrap();
+        write_and_wait(&index, vec![WriteOp::Upsert(gapped("a"))]);
+        assert_eq!(stored_gaps(&index)[0].1, "\n\n");
+        index.shutdown();
     }
 
     #[test]

@@ -68,7 +68,8 @@ pub use fault::{CollectionEntry, Fault, FaultKind, FaultedCollection};
 pub use lock::DataDirLock;
 pub use reader::{FoundSection, Snapshot};
 pub use records::{
-    section_key, DocumentRecord, SectionHit, SectionRecord, StoredEmbedding, WriteOp,
+    gap_after, section_key, DocumentRecord, SectionHit, SectionRecord, StoredEmbedding, WriteOp,
+    MAX_GAP_BYTES,
 };
 pub use writer::{CollectionWriterPool, WriterSettings};
 

@@ -11,6 +11,9 @@ pub struct SectionRecord {
     pub ordinal: u64,
     pub heading_path: Vec<String>,
     pub text: String,
+    /// The whitespace between this section and the next one in the document ([`gap_after`]):
+    /// what joins a chunk ending this section to one starting the next.
+    pub gap_after: String,
     pub byte_start: u64,
     pub char_start: u64,
     /// Stable id of this version of the section (see [`section_key`]).
@@ -21,6 +24,21 @@ pub struct SectionRecord {
     pub sentence_vectors: Vec<u8>,
     /// One-row `QuantizedVectors` bytes of the section's vector; empty without the neural stage.
     pub section_vector: Vec<u8>,
+}
+
+/// Longest [`SectionRecord::gap_after`] stored: a longer run of whitespace is not worth
+/// returning inside a chunk, so the sections on either side of it are never joined.
+pub const MAX_GAP_BYTES: usize = 64;
+
+/// The gap stored after a section ending at byte `end` of `text` when the next one starts at
+/// `next_start`: the text between them when it is whitespace only and at most
+/// [`MAX_GAP_BYTES`] long, else empty (the last section, overlapping sections, a caller's
+/// sections with text between them that belongs to neither).
+pub fn gap_after(text: &str, end: usize, next_start: Option<usize>) -> &str {
+    match next_start.and_then(|next| text.get(end..next)) {
+        Some(gap) if gap.len() <= MAX_GAP_BYTES && gap.chars().all(char::is_whitespace) => gap,
+        _ => "",
+    }
 }
 
 /// The dense-index key of one version of one section. Keys are stored in the index, so this
@@ -77,6 +95,8 @@ pub struct SectionHit {
     pub doc_title: String,
     pub heading_path: Vec<String>,
     pub text: String,
+    /// [`SectionRecord::gap_after`]; empty in an index written before gaps were stored.
+    pub gap_after: String,
     pub byte_start: u64,
     pub char_start: u64,
     pub metadata: BTreeMap<String, String>,
@@ -89,6 +109,27 @@ pub struct SectionHit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gap_is_whitespace_only_short_and_between_sections_in_order() {
+        let text = format!("a \u{a0}\n b{}c", " ".repeat(MAX_GAP_BYTES + 1));
+        assert_eq!(
+            gap_after(&text, 1, Some(text.find('b').unwrap())),
+            " \u{a0}\n "
+        );
+        assert_eq!(gap_after(&text, 1, Some(1)), "", "sections that touch");
+        assert_eq!(gap_after(&text, 1, None), "", "the last section");
+        assert_eq!(gap_after(&text, 3, Some(1)), "", "overlapping sections");
+        assert_eq!(
+            gap_after(&text, 0, Some(text.find('b').unwrap())),
+            "",
+            "text between"
+        );
+        let b = text.find('b').unwrap() + 1;
+        assert_eq!(gap_after(&text, b, Some(text.len() - 1)), "", "too long");
+        // Inside a char: `get` refuses the range instead of panicking.
+        assert_eq!(gap_after(&text, 2, Some(3)), "");
+    }
 
     #[test]
     fn a_section_key_is_stable_and_tells_versions_and_positions_apart() {

@@ -60,9 +60,28 @@ pub struct SectionFields {
     pub section_vector: Field,
     /// `StoredSection::checksum` of every other stored field of the section.
     pub section_checksum: Field,
+    /// The whitespace before the next section (`SectionRecord::gap_after`), stored when not
+    /// empty; `None` in an index created before gaps were stored ([`SchemaVersion::WithoutGaps`]),
+    /// which keeps its schema and stores none.
+    pub gap_after: Option<Field>,
 }
 
+/// The schemas a collection's index may have: each later one adds fields at the end, so the
+/// field ids of the earlier ones hold in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchemaVersion {
+    /// Before 2026-12-04: no `gap_after`.
+    WithoutGaps,
+    /// Today's: what new indexes are created with.
+    Current,
+}
+
+/// Today's schema, the one new indexes are created with.
 pub fn build_schema() -> (Schema, SectionFields) {
+    build_schema_version(SchemaVersion::Current)
+}
+
+pub fn build_schema_version(version: SchemaVersion) -> (Schema, SectionFields) {
     let mut builder = Schema::builder();
     let analysed = |stored: bool| {
         let indexing = TextFieldIndexing::default()
@@ -95,6 +114,10 @@ pub fn build_schema() -> (Schema, SectionFields) {
         sentence_vectors: builder.add_bytes_field("sentence_vectors", STORED),
         section_vector: builder.add_bytes_field("section_vector", STORED),
         section_checksum: builder.add_bytes_field("section_checksum", STORED),
+        gap_after: match version {
+            SchemaVersion::WithoutGaps => None,
+            SchemaVersion::Current => Some(builder.add_text_field("gap_after", STORED)),
+        },
     };
     (builder.build(), fields)
 }

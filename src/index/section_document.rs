@@ -35,6 +35,12 @@ pub fn section_documents<'d>(
             doc_title: &document.title,
             heading_path: &heading_path,
             text: &section.text,
+            // An index without the field keeps no gaps (its sections are never joined).
+            gap_after: if fields.gap_after.is_some() {
+                &section.gap_after
+            } else {
+                ""
+            },
             byte_start: section.byte_start,
             char_start: section.char_start,
             metadata_json: &metadata_json,
@@ -111,6 +117,8 @@ pub struct StoredSection<'a> {
     /// The heading path joined by [`HEADING_SEPARATOR`].
     pub heading_path: &'a str,
     pub text: &'a str,
+    /// Empty when the section has none or the index does not store gaps.
+    pub gap_after: &'a str,
     pub byte_start: u64,
     pub char_start: u64,
     pub metadata_json: &'a str,
@@ -125,6 +133,8 @@ pub struct StoredSection<'a> {
 
 impl StoredSection<'_> {
     /// The format byte and a BLAKE3 hash of every field, each length-prefixed, in a fixed order.
+    /// The gap is hashed last and only when not empty, so a section stored before gaps were
+    /// stored verifies as it always did.
     pub fn checksum(&self) -> [u8; CHECKSUM_LEN] {
         let mut hasher = blake3::Hasher::new_derive_key(CHECKSUM_CONTEXT);
         let mut bytes = |value: &[u8]| {
@@ -144,6 +154,9 @@ impl StoredSection<'_> {
         bytes(self.sentence_ranges);
         bytes(self.sentence_vectors);
         bytes(self.section_vector);
+        if !self.gap_after.is_empty() {
+            bytes(self.gap_after.as_bytes());
+        }
         let mut checksum = [0u8; CHECKSUM_LEN];
         checksum[0] = CHECKSUM_FORMAT;
         checksum[1..].copy_from_slice(hasher.finalize().as_bytes());
@@ -172,6 +185,9 @@ impl StoredSection<'_> {
             document.add_bytes(fields.section_vector, self.section_vector);
         }
         document.add_bytes(fields.section_checksum, &self.checksum()[..]);
+        if let (Some(field), false) = (fields.gap_after, self.gap_after.is_empty()) {
+            document.add_text(field, self.gap_after);
+        }
         document
     }
 
@@ -198,6 +214,7 @@ impl StoredSection<'_> {
             doc_title: self.doc_title.to_string(),
             heading_path,
             text: self.text.to_string(),
+            gap_after: self.gap_after.to_string(),
             byte_start: self.byte_start,
             char_start: self.char_start,
             metadata,
@@ -231,7 +248,7 @@ const U64_CODE: u8 = 1;
 const BYTES_CODE: u8 = 4;
 
 /// Stored fields per section: at most one value each.
-const STORED_FIELD_COUNT: usize = 14;
+const STORED_FIELD_COUNT: usize = 15;
 
 /// Reads one section from the bytes tantivy's doc store holds for it (`StoreReader::
 /// get_document_bytes`: a VInt count, then per value its field id as a little-endian u32, a type
@@ -261,6 +278,7 @@ pub fn decode_stored_section<'a>(
         sentence_ranges: values.optional_bytes(10, "sentence_ranges")?,
         sentence_vectors: values.optional_bytes(11, "sentence_vectors")?,
         section_vector: values.optional_bytes(12, "section_vector")?,
+        gap_after: values.optional_text(14, "gap_after")?,
     };
     let stored_checksum = values.optional_bytes(13, "section_checksum")?;
     if stored_checksum.len() != CHECKSUM_LEN || stored_checksum[0] != CHECKSUM_FORMAT {
@@ -361,6 +379,15 @@ impl<'a> StoredValues<'a> {
         Ok(number)
     }
 
+    /// Empty when absent: most sections store no gap.
+    fn optional_text(&self, slot: usize, name: &str) -> Result<&'a str, SectionDamage> {
+        match self.0[slot] {
+            Some(StoredValue::Text(text)) => Ok(text),
+            None => Ok(""),
+            _ => Err(undecodable(format!("`{name}` is not text"))),
+        }
+    }
+
     /// Empty when absent: vectors are not stored without the neural stage.
     fn optional_bytes(&self, slot: usize, name: &str) -> Result<&'a [u8], SectionDamage> {
         match self.0[slot] {
@@ -371,8 +398,14 @@ impl<'a> StoredValues<'a> {
     }
 }
 
-/// The slot of a stored field in [`decode_stored_section`]'s table, in [`StoredSection`] order.
+/// The slot of a stored field in [`decode_stored_section`]'s table, in schema order.
 fn stored_slot(fields: &SectionFields, field_id: u32) -> Option<usize> {
+    if fields
+        .gap_after
+        .is_some_and(|field| field.field_id() == field_id)
+    {
+        return Some(14);
+    }
     [
         fields.doc_id,
         fields.ordinal,
@@ -456,7 +489,9 @@ impl<'a> ByteReader<'a> {
 #[cfg(test)]
 mod tests {
     use super::super::records::SectionRecord;
-    use super::super::schema::{build_schema, register_analyzer};
+    use super::super::schema::{
+        build_schema, build_schema_version, register_analyzer, SchemaVersion,
+    };
     use super::*;
     use tantivy::Index;
 
@@ -474,6 +509,7 @@ mod tests {
             doc_title: "Super Bowl 50",
             heading_path: "Game\u{1e}Scoring",
             text: "hazards in their line, ünïcode and all",
+            gap_after: "",
             byte_start: 4096,
             char_start: 4000,
             metadata_json: r#"{"lang":"en"}"#,
@@ -486,7 +522,14 @@ mod tests {
 
     /// A RAM index holding `documents`, written and committed through tantivy, in one segment.
     fn written_index(documents: Vec<TantivyDocument>) -> tantivy::Searcher {
-        let (schema, _) = build_schema();
+        written_index_of(SchemaVersion::Current, documents)
+    }
+
+    fn written_index_of(
+        version: SchemaVersion,
+        documents: Vec<TantivyDocument>,
+    ) -> tantivy::Searcher {
+        let (schema, _) = build_schema_version(version);
         let index = Index::create_in_ram(schema);
         register_analyzer(&index);
         let mut writer: tantivy::IndexWriter = index.writer(15_000_000).unwrap();
@@ -500,8 +543,12 @@ mod tests {
     /// Writes `documents` into a RAM index through tantivy and returns each one's stored bytes
     /// as tantivy's doc store hands them out.
     fn stored_bytes(documents: Vec<TantivyDocument>) -> Vec<Vec<u8>> {
+        stored_bytes_of(SchemaVersion::Current, documents)
+    }
+
+    fn stored_bytes_of(version: SchemaVersion, documents: Vec<TantivyDocument>) -> Vec<Vec<u8>> {
         let count = documents.len();
-        let searcher = written_index(documents);
+        let searcher = written_index_of(version, documents);
         let store = searcher.segment_reader(0).get_store_reader(0).unwrap();
         (0..count as u32)
             .map(|doc| store.get_document_bytes(doc).unwrap().as_slice().to_vec())
@@ -515,6 +562,7 @@ mod tests {
                 ordinal,
                 heading_path: headings.iter().map(|h| h.to_string()).collect(),
                 text: text.to_string(),
+                gap_after: String::new(),
                 byte_start: 100 * ordinal,
                 char_start: 90 * ordinal,
                 section_key: 1000 + ordinal,
@@ -562,6 +610,7 @@ mod tests {
                 doc_title: document.title.clone(),
                 heading_path: section.heading_path.clone(),
                 text: section.text.clone(),
+                gap_after: section.gap_after.clone(),
                 byte_start: section.byte_start,
                 char_start: section.char_start,
                 metadata: document.metadata.clone(),
@@ -575,6 +624,44 @@ mod tests {
         let error = decode_verified_section(&bytes[0], Some(1001), &fields).unwrap_err();
         assert!(error.contains("those of another section"), "{error}");
         assert!(decode_verified_section(&bytes[0], None, &fields).is_err());
+    }
+
+    /// A gap is stored, covered by the checksum and read back; an index of the schema before
+    /// gaps stores none and its sections verify as they always did.
+    #[test]
+    fn gaps_are_stored_where_the_schema_has_them_and_verified() {
+        let mut document = record();
+        document.sections[0].gap_after = "\n\n".into();
+        let (_, fields) = build_schema();
+        let bytes = stored_bytes(section_documents(&document, &fields).unwrap().collect());
+        let read = |bytes: &[u8], fields: &SectionFields, key| {
+            let section = decode_verified_section(bytes, Some(key), fields).unwrap();
+            section.to_hit(1.0).unwrap().gap_after
+        };
+        assert_eq!(read(&bytes[0], &fields, 1000), "\n\n");
+        assert_eq!(read(&bytes[1], &fields, 1001), "");
+        // The gap is under the checksum: another gap is damage.
+        let mut altered = bytes[0].clone();
+        let at = altered.windows(2).rposition(|w| w == b"\n\n").unwrap();
+        altered[at] = b' ';
+        let error = decode_verified_section(&altered, Some(1000), &fields).unwrap_err();
+        assert!(error.contains("fails its checksum"), "{error}");
+
+        let (_, old_fields) = build_schema_version(SchemaVersion::WithoutGaps);
+        assert_eq!(old_fields.gap_after, None);
+        let written: Vec<_> = section_documents(&document, &old_fields).unwrap().collect();
+        let old_bytes = stored_bytes_of(SchemaVersion::WithoutGaps, written);
+        assert_eq!(
+            read(&old_bytes[0], &old_fields, 1000),
+            "",
+            "no field, no gap"
+        );
+        // Without a gap a section's checksum is the one written before gaps were stored, so
+        // the sections of older indexes verify under today's fields too.
+        document.sections[0].gap_after.clear();
+        let today = stored_bytes(section_documents(&document, &fields).unwrap().collect());
+        assert_eq!(today[0], old_bytes[0]);
+        assert_eq!(read(&old_bytes[0], &fields, 1000), "");
     }
 
     #[test]
@@ -733,6 +820,16 @@ mod tests {
             },
             StoredSection {
                 section_vector: &[],
+                ..original
+            },
+            StoredSection {
+                gap_after: " ",
+                ..original
+            },
+            // The same bytes moved from the section vector to the gap.
+            StoredSection {
+                section_vector: &[1],
+                gap_after: "\u{2}",
                 ..original
             },
         ];

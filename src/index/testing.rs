@@ -30,6 +30,7 @@ pub fn document(doc_id: &str, version: u64, texts: &[&str]) -> DocumentRecord {
                 ordinal,
                 heading_path: Vec::new(),
                 text: text.to_string(),
+                gap_after: String::new(),
                 byte_start,
                 char_start: byte_start,
                 section_key: section_key(doc_id, ordinal, version),

@@ -3,7 +3,7 @@
 
 use super::SentencedDocument;
 use crate::content_hash::content_hash;
-use crate::index::section_key;
+use crate::index::{gap_after, section_key};
 use crate::index::{DocumentRecord, SectionRecord};
 use crate::types::DocumentInput;
 
@@ -17,7 +17,15 @@ pub fn record(sentenced: SentencedDocument) -> DocumentRecord {
     // Code-point offsets: one running count over the text, sections being in order.
     let mut sections = Vec::with_capacity(sentenced_sections.len());
     let (mut counted_bytes, mut counted_chars) = (0usize, 0u64);
-    for (ordinal, section) in sentenced_sections.into_iter().enumerate() {
+    let next_starts: Vec<Option<usize>> = sentenced_sections
+        .iter()
+        .skip(1)
+        .map(|next| Some(next.span.start))
+        .chain([None])
+        .collect();
+    for ((ordinal, section), next_start) in
+        sentenced_sections.into_iter().enumerate().zip(next_starts)
+    {
         let span = section.span;
         if span.start < counted_bytes {
             counted_bytes = 0;
@@ -29,6 +37,7 @@ pub fn record(sentenced: SentencedDocument) -> DocumentRecord {
             ordinal: ordinal as u64,
             heading_path: span.heading_path,
             text: text[span.start..span.end].to_string(),
+            gap_after: gap_after(&text, span.end, next_start).to_string(),
             byte_start: span.start as u64,
             char_start: counted_chars,
             section_key: section_key(&document.id, ordinal as u64, version),
@@ -127,5 +136,44 @@ mod tests {
         assert_eq!(second.ordinal, 1);
         assert_eq!(second.section_key, section_key("d", 1, record.version));
         assert_eq!(record.text_bytes, text.len() as u64);
+        assert_eq!(
+            record.sections[0].gap_after, "",
+            "\"héllo \" ends at its space"
+        );
+        assert_eq!(second.gap_after, "", "the last section");
+    }
+
+    /// A section stores the whitespace up to the next one, so that the two can be read as one
+    /// passage: `text + gap_after` runs exactly up to the next section's start.
+    #[test]
+    fn each_section_keeps_the_whitespace_before_the_next() {
+        let text = "First one.\n\n  Second, cut here. Third\tpiece. x Fourth.";
+        let at = |needle: &str| text.find(needle).unwrap();
+        let spans = [
+            (0, at("\n")),
+            (at("Second"), at(" Third")),
+            (at("Third"), at(" x")),
+            // "x" belongs to no section: nothing joins the third to the fourth.
+            (at("Fourth"), text.len()),
+        ];
+        let sentenced = SentencedDocument {
+            document: document(text),
+            text: text.into(),
+            sections: spans.iter().map(|&(s, e)| section(s, e)).collect(),
+        };
+        let record = record(sentenced);
+        let gaps: Vec<&str> = record
+            .sections
+            .iter()
+            .map(|s| s.gap_after.as_str())
+            .collect();
+        assert_eq!(gaps, ["\n\n  ", " ", "", ""]);
+        for pair in record.sections.windows(2) {
+            if !pair[0].gap_after.is_empty() {
+                let end =
+                    pair[0].byte_start as usize + pair[0].text.len() + pair[0].gap_after.len();
+                assert_eq!(end as u64, pair[1].byte_start);
+            }
+        }
     }
 }

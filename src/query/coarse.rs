@@ -115,6 +115,7 @@ mod tests {
             doc_title: String::new(),
             heading_path: Vec::new(),
             text: String::new(),
+            gap_after: String::new(),
             byte_start: 0,
             char_start: 0,
             metadata: Default::default(),

@@ -15,6 +15,7 @@
 //!   └─ context::SpanContexts        → (per section)     what is read before a span (heading line in position order)
 //!   └─ pack::pack                   → Vec<PackedSpan>   chunks in that order merged into the budget
 //!   └─ expand::expand               → Vec<PackedSpan>   leftover budget grows spans by neighbouring sentences
+//!   └─ join::join                   → Vec<Passage>      spans of neighbouring sections read as one
 //!   └─ assemble::assemble           → Vec<RetrievedChunk>  ordered, with text and document offsets
 //! ```
 
@@ -25,6 +26,7 @@ pub mod context;
 pub mod diversify;
 pub mod embed;
 pub mod expand;
+pub mod join;
 pub mod pack;
 pub mod rechunk;
 pub mod score;
@@ -149,6 +151,7 @@ pub(crate) fn test_section_hit(score: f32, text: &str) -> crate::index::SectionH
         doc_title: String::new(),
         heading_path: Vec::new(),
         text: text.into(),
+        gap_after: String::new(),
         byte_start: 0,
         char_start: 0,
         metadata: Default::default(),

@@ -364,21 +364,34 @@ mod properties {
     use crate::query::assemble::assemble;
     use crate::query::diversify::diversify;
     use crate::query::expand::{expand, ExpandInputs};
+    use crate::query::join::{join, JoinInputs};
     use crate::types::{ChunkSelection, ExactF32, ResultOrder};
 
-    /// What must hold of any packed (or grown) spans: the floor and the per-document cap, the
-    /// budget counted exactly (each chunk's `context + "\n" + text`, as the caller reads it),
-    /// disjoint spans on char boundaries, and each returned text equal to its document's text at
-    /// the returned bytes (a section is at byte 0 of its document here, so the text is looked up
-    /// by the span in the document's sections).
+    /// What must hold of any packed (or grown) spans: the floor and the per-document cap; then,
+    /// the spans joined and assembled, the budget counted exactly (each chunk's
+    /// `context + "\n" + text`, as the caller reads it), disjoint spans on char boundaries, every
+    /// span inside one chunk, and each chunk's text equal to its document's text at the returned
+    /// bytes and code points.
+    /// The sections retrieved, their analyses, and the documents they are of (id, text).
+    struct Retrieved<'a> {
+        hits: &'a [SectionHit],
+        analyses: &'a [Arc<SectionAnalysis>],
+        documents: &'a [(&'a str, String)],
+    }
+
     fn check_spans(
         spans: &[PackedSpan],
-        hits: &[SectionHit],
+        retrieved: &Retrieved,
         budget: u32,
         selection: &ChunkSelection,
         order: ResultOrder,
         contexts: &SpanContexts,
     ) -> Result<(), TestCaseError> {
+        let Retrieved {
+            hits,
+            analyses,
+            documents,
+        } = *retrieved;
         if let Some(floor) = selection.min_score {
             for s in spans {
                 prop_assert!(s.score >= floor.0, "{s:?} under {floor:?}");
@@ -393,8 +406,17 @@ mod properties {
                 prop_assert!(held <= cap as usize, "{held} spans of {doc_id}, cap {cap}");
             }
         }
-        let chunks = assemble(&mut spans.to_vec(), hits, order, contexts);
-        prop_assert_eq!(chunks.len(), spans.len());
+        let mut joined = spans.to_vec();
+        let inputs = JoinInputs {
+            hits,
+            analyses,
+            budget,
+            tokenizer: tokenizer(),
+            contexts,
+        };
+        let mut passages = join(&mut joined, &inputs);
+        let chunks = assemble(&joined, &mut passages, hits, order, contexts);
+        prop_assert!(chunks.len() <= spans.len());
         let mut total = 0usize;
         for chunk in &chunks {
             let read = if chunk.context.is_empty() {
@@ -417,27 +439,46 @@ mod properties {
                     "{chunk:?} without its heading line"
                 );
             }
+            let document = &documents
+                .iter()
+                .find(|(id, _)| *id == chunk.doc_id)
+                .unwrap()
+                .1;
+            let (start, end) = (chunk.bytes.start as usize, chunk.bytes.end as usize);
+            prop_assert_eq!(
+                document.get(start..end),
+                Some(chunk.text.as_str()),
+                "{:?} is not its document's text",
+                chunk
+            );
+            let char_start = document[..start].chars().count() as u64;
+            prop_assert_eq!(
+                chunk.chars.clone(),
+                char_start..char_start + chunk.text.chars().count() as u64
+            );
         }
-        for chunk in &chunks {
-            let exact = hits.iter().any(|hit| {
-                hit.doc_id == chunk.doc_id
-                    && hit
-                        .text
-                        .get(chunk.bytes.start as usize..chunk.bytes.end as usize)
-                        == Some(chunk.text.as_str())
-            });
-            prop_assert!(exact, "{chunk:?} is not its document's text");
+        for (i, a) in chunks.iter().enumerate() {
+            for b in &chunks[i + 1..] {
+                prop_assert!(
+                    a.doc_id != b.doc_id
+                        || a.bytes.end <= b.bytes.start
+                        || b.bytes.end <= a.bytes.start,
+                    "overlapping chunks {a:?} {b:?}"
+                );
+            }
         }
         for s in spans {
             if let Some(header) = s.header {
                 prop_assert!(header.1 <= s.start, "context {header:?} inside {s:?}");
             }
+            let hit = &hits[s.hit_index as usize];
+            let bytes = hit.byte_start + s.start as u64..hit.byte_start + s.end as u64;
+            let inside = chunks.iter().any(|c| {
+                c.doc_id == hit.doc_id && c.bytes.start <= bytes.start && bytes.end <= c.bytes.end
+            });
+            prop_assert!(inside, "{s:?} in no chunk");
         }
         prop_assert!(total <= budget as usize, "{total} > {budget}");
-        prop_assert_eq!(
-            total,
-            spans.iter().map(|s| s.token_count as usize).sum::<usize>()
-        );
         for (i, a) in spans.iter().enumerate() {
             let text = &hits[a.hit_index as usize].text;
             prop_assert!(a.start < a.end && (a.end as usize) <= text.len());
@@ -519,6 +560,13 @@ mod properties {
             0..120,
         )
         .prop_map(|parts| parts.concat())
+    }
+
+    /// What lies between two sections of a document: whitespace (what a section stores as its
+    /// gap), nothing (sections that touch), or text of no section.
+    fn gap_strategy() -> impl proptest::strategy::Strategy<Value = String> {
+        prop::sample::select(vec!["", " ", "\n\n", " \t\n ", "\u{a0}", "|", " | "])
+            .prop_map(str::to_string)
     }
 
     /// Words with, now and then, a run of hundreds or thousands of one char (a letter, an emoji,
@@ -623,10 +671,13 @@ mod properties {
         /// With any of the caller's controls set (`min_score`, `max_chunks_per_document`,
         /// `diversity`), either order, and candidates of one size or of several overlapping
         /// sizes, the budget holds, spans are exact and disjoint, and every span honours the
-        /// floor and its document's cap.
+        /// floor and its document's cap; then joined across sections, chunks stay exact and the
+        /// budget holds.
         #[test]
         fn packing_never_exceeds_the_budget_and_never_repeats_text(
             texts in prop::collection::vec(text_strategy(), 1..4),
+            gaps in prop::collection::vec(gap_strategy(), 3),
+            first_of_d1 in 0usize..4,
             max_size in 1u32..40,
             structure in any::<bool>(),
             overlap_share in 0u32..100,
@@ -638,6 +689,7 @@ mod properties {
             with_vectors in any::<bool>(),
             by_position in any::<bool>(),
             heading_paths in prop::collection::vec(heading_path_strategy(), 4),
+            one_heading in any::<bool>(),
             several_sizes in any::<bool>(),
         ) {
             let selection = ChunkSelection {
@@ -645,16 +697,34 @@ mod properties {
                 max_chunks_per_document,
                 diversity: ExactF32(diversity_steps as f32 / 4.0),
             };
-            // Sections 0 and 2 are one document, section 1 another: the cap counts by document.
-            let hits: Vec<SectionHit> = texts
-                .iter()
-                .enumerate()
-                .map(|(i, t)| SectionHit {
-                    ordinal: i as u64,
-                    heading_path: heading_paths[i].clone(),
-                    ..document_section(if i == 1 { "d1" } else { "d0" }, t)
-                })
-                .collect();
+            // The sections before `first_of_d1` are document d0's, the others d1's, each
+            // document its sections' texts (trimmed, as sections are) with a gap between them
+            // (whitespace, nothing, or a "|" that belongs to no section): the cap counts by
+            // document, and only sections whose gap is whitespace or nothing may be joined.
+            let mut documents: Vec<(&str, String)> = Vec::new();
+            let mut hits: Vec<SectionHit> = Vec::new();
+            for (i, text) in texts.iter().map(|t| t.trim()).enumerate() {
+                let doc_id = if i < first_of_d1 { "d0" } else { "d1" };
+                if documents.last().is_none_or(|(id, _)| *id != doc_id) {
+                    documents.push((doc_id, String::new()));
+                } else {
+                    let document = &mut documents.last_mut().unwrap().1;
+                    let before = hits.last_mut().unwrap();
+                    let end = document.len();
+                    document.push_str(&gaps[i - 1]);
+                    before.gap_after = crate::index::gap_after(document, end, Some(document.len())).to_string();
+                }
+                let document = &mut documents.last_mut().unwrap().1;
+                let ordinal = hits.last().filter(|h| h.doc_id == doc_id).map_or(0, |h| h.ordinal + 1);
+                hits.push(SectionHit {
+                    ordinal,
+                    heading_path: heading_paths[if one_heading { 0 } else { i }].clone(),
+                    byte_start: document.len() as u64,
+                    char_start: document.chars().count() as u64,
+                    ..document_section(doc_id, text)
+                });
+                document.push_str(text);
+            }
             let order = if by_position { ResultOrder::Position } else { ResultOrder::Score };
             let contexts = SpanContexts::for_order(order, &hits, tokenizer());
             let analyses: Vec<Arc<SectionAnalysis>> = hits
@@ -701,7 +771,8 @@ mod properties {
             diversify(&mut candidates, &vectors, &hits, selection.diversity.0);
             prop_assert_eq!(sorted_by_place(&candidates), sorted_by_place(&scored));
             let packed = pack(&candidates, &hits, &analyses, budget, tokenizer(), &selection, &contexts);
-            check_spans(&packed, &hits, budget, &selection, order, &contexts)?;
+            let retrieved = Retrieved { hits: &hits, analyses: &analyses, documents: &documents };
+            check_spans(&packed, &retrieved, budget, &selection, order, &contexts)?;
             // No span is a fragment: each holds the fewest tokens a new span may start with, or
             // its whole section.
             let largest = candidates.iter().map(|c| c.token_count).max().unwrap_or(0);
@@ -716,7 +787,7 @@ mod properties {
             let mut grown = packed.clone();
             let inputs = ExpandInputs { hits: &hits, analyses: &analyses, budget, tokenizer: tokenizer(), contexts: &contexts };
             expand(&mut grown, &inputs);
-            check_spans(&grown, &hits, budget, &selection, order, &contexts)?;
+            check_spans(&grown, &retrieved, budget, &selection, order, &contexts)?;
             prop_assert!(grown.len() <= packed.len());
             for p in &packed {
                 let kept = grown.iter().any(|g| g.hit_index == p.hit_index && g.start <= p.start && p.end <= g.end);

@@ -10,7 +10,7 @@ use prost::Message;
 
 use super::proto;
 use crate::embed::QuantizedVectors;
-use crate::index::{section_key, DocumentRecord, SectionRecord, StoredSettings};
+use crate::index::{section_key, DocumentRecord, SectionRecord, StoredSettings, MAX_GAP_BYTES};
 
 /// The model that made a version's vectors: every replica must run the same one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,6 +149,7 @@ fn version_to_proto(
                 ordinal,
                 heading_path,
                 text,
+                gap_after,
                 byte_start,
                 char_start,
                 section_key,
@@ -160,6 +161,7 @@ fn version_to_proto(
                 ordinal,
                 heading_path,
                 text,
+                gap_after,
                 byte_start,
                 char_start,
                 section_key,
@@ -279,6 +281,7 @@ fn section_from_proto(
         ordinal,
         heading_path,
         text,
+        gap_after,
         byte_start,
         char_start,
         section_key: key,
@@ -295,6 +298,12 @@ fn section_from_proto(
     }
     let sentences = sentence_ranges(&text, &sentence_bounds)
         .map_err(|why| malformed(format!("{}: {why}", at())))?;
+    if gap_after.len() > MAX_GAP_BYTES || !gap_after.chars().all(char::is_whitespace) {
+        return Err(malformed(format!(
+            "{}: the gap after it is not whitespace of at most {MAX_GAP_BYTES} bytes",
+            at()
+        )));
+    }
     check_vectors(
         vector_dim,
         sentences.len(),
@@ -306,6 +315,7 @@ fn section_from_proto(
         ordinal,
         heading_path,
         text,
+        gap_after,
         byte_start,
         char_start,
         section_key: key,
@@ -411,6 +421,7 @@ mod tests {
                 sentence_vectors: vectors(2, 4),
                 section_vector: vectors(1, 4),
                 text,
+                gap_after: " ".into(),
             }],
         }
     }

@@ -14,8 +14,8 @@ use crate::index::{CollectionIndex, SectionHit, Snapshot};
 use crate::query::context::SpanContexts;
 use crate::query::diversify::{self, MMR_POOL};
 use crate::query::{
-    analyze, assemble, coarse, embed, expand, pack, rechunk, score, validate, Candidate,
-    PackedSpan, SectionAnalysis,
+    analyze, assemble, coarse, embed, expand, join, pack, rechunk, score, validate, Candidate,
+    SectionAnalysis,
 };
 use crate::tokenizer::BudgetTokenizer;
 use crate::types::{RetrieveQuery, RetrieveResult, RetrievedChunk};
@@ -236,10 +236,10 @@ fn run_query_stages(
         timer.lap("diversify");
     }
 
-    let (spans, chunks) = fit_budget(query, &candidates, &hits, &analyses, tokenizer, &mut timer);
+    let chunks = fit_budget(query, &candidates, &hits, &analyses, tokenizer, &mut timer);
 
     Ok(RetrieveResult {
-        tokens_used: spans.iter().map(|s| s.token_count).sum(),
+        tokens_used: chunks.iter().map(|c| c.token_count).sum(),
         token_budget: query.token_budget,
         generation: snapshot.generation,
         cache_hit: false,
@@ -254,7 +254,8 @@ fn run_query_stages(
 }
 
 /// The last stages: pack the best chunks into the token budget, grow them into what is left,
-/// and put them in the asked order. Returns the packed spans and the chunks made of them.
+/// read the spans of neighbouring sections as one where only whitespace lies between, and put
+/// them in the asked order.
 fn fit_budget(
     query: &RetrieveQuery,
     candidates: &[Candidate],
@@ -262,7 +263,7 @@ fn fit_budget(
     analyses: &[Arc<SectionAnalysis>],
     tokenizer: &BudgetTokenizer,
     timer: &mut StageTimer,
-) -> (Vec<PackedSpan>, Vec<RetrievedChunk>) {
+) -> Vec<RetrievedChunk> {
     let budget = query.token_budget;
     let selection = &query.selection;
     let contexts = SpanContexts::for_order(query.order, hits, tokenizer);
@@ -281,9 +282,19 @@ fn fit_budget(
     expand::expand(&mut spans, &leftover);
     timer.lap("expand");
 
-    let chunks = assemble::assemble(&mut spans, hits, query.order, &contexts);
+    let joining = join::JoinInputs {
+        hits,
+        analyses,
+        budget,
+        tokenizer,
+        contexts: &contexts,
+    };
+    let mut passages = join::join(&mut spans, &joining);
+    timer.lap("join");
+
+    let chunks = assemble::assemble(&spans, &mut passages, hits, query.order, &contexts);
     timer.lap("assemble");
-    (spans, chunks)
+    chunks
 }
 
 /// Each stage's time in microseconds, under its name, in the order they ran.

@@ -243,6 +243,24 @@ impl BudgetTokenizer {
         counted
     }
 
+    /// Whether any text ending with the byte `left_last`, then `gap`, then any text starting
+    /// with `right_first` counts exactly as the two texts apart: under
+    /// [`CutRule::WhitespaceWords`], when `gap` is ASCII whitespace between printable ASCII
+    /// chars, both its ends are cuts and it holds no token. (Two neighbouring sections read as
+    /// one passage: `query::join`.)
+    pub fn gap_adds_nothing(&self, left_last: u8, gap: &str, right_first: u8) -> bool {
+        let gap = gap.as_bytes();
+        let (Some(&first), Some(&last)) = (gap.first(), gap.last()) else {
+            return false;
+        };
+        self.cut_rule == CutRule::WhitespaceWords
+            && gap
+                .iter()
+                .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            && self.cut_rule.is_cut(&[left_last, first], 1)
+            && self.cut_rule.is_cut(&[last, right_first], 1)
+    }
+
     /// The first cut at or after `a` and the last at or before `b` (the text's ends count as
     /// cuts for a span that starts or ends there), when they are in order.
     fn inner_cuts(&self, bytes: &[u8], a: usize, b: usize) -> Option<(usize, usize)> {
@@ -289,6 +307,42 @@ pub(super) mod tests {
 
     use super::*;
     use crate::tokenizer::tests::models_dir;
+
+    /// Where a gap adds nothing, two texts joined by it count as the two apart; it adds
+    /// nothing only under WordPiece, for ASCII whitespace between printable ASCII chars.
+    #[test]
+    fn a_gap_adds_nothing_only_where_both_ends_are_cuts() {
+        let [minilm, cl100k, _] = tokenizers() else {
+            unreachable!()
+        };
+        for (left, gap, right) in [
+            ("one.", "\n\n", "Two"),
+            ("a)", " \t\r\n", "(b"),
+            ("x", " ", "y"),
+        ] {
+            assert!(minilm.gap_adds_nothing(
+                *left.as_bytes().last().unwrap(),
+                gap,
+                right.as_bytes()[0]
+            ));
+            let apart = minilm.count(left) + minilm.count(right);
+            assert_eq!(minilm.count(&format!("{left}{gap}{right}")), apart);
+            assert!(!cl100k.gap_adds_nothing(
+                *left.as_bytes().last().unwrap(),
+                gap,
+                right.as_bytes()[0]
+            ));
+        }
+        assert!(!minilm.gap_adds_nothing(b'a', "", b'b'), "no gap: one word");
+        assert!(
+            !minilm.gap_adds_nothing(b'a', "\u{a0}", b'b'),
+            "not ASCII whitespace"
+        );
+        assert!(
+            !minilm.gap_adds_nothing(0xa9, " ", b'b'),
+            "not an ASCII char before it"
+        );
+    }
 
     fn tokenizers() -> &'static [BudgetTokenizer] {
         static TOKENIZERS: std::sync::OnceLock<Vec<BudgetTokenizer>> = std::sync::OnceLock::new();

@@ -166,6 +166,8 @@ class Chunk:
 
     text: str
     doc_id: str
+    # The section the chunk starts in: a chunk runs on into the next sections of the same
+    # heading path when only whitespace lies between them.
     section_id: str
     section_title: str
     heading_path: tuple[str, ...]
