@@ -11,13 +11,8 @@
 //! another span of its section merges with it. Every span is counted exactly with the budget
 //! tokenizer on its own text (with its context: [`SpanContexts`]), so the budget is never exceeded.
 
-use std::sync::Arc;
-
-use super::context::SpanContexts;
 use super::pack::overlaps_or_touches;
-use super::{PackedSpan, SectionAnalysis};
-use crate::index::SectionHit;
-use crate::tokenizer::BudgetTokenizer;
+use super::{FitInputs, PackedSpan};
 
 /// A neighbouring sentence k steps away from a span is worth the span's score × 0.5^k.
 pub const EXPANSION_DECAY: f32 = 0.5;
@@ -37,19 +32,9 @@ struct Growth {
     after_done: bool,
 }
 
-/// What the stage reads besides the spans.
-pub struct ExpandInputs<'a> {
-    pub hits: &'a [SectionHit],
-    pub analyses: &'a [Arc<SectionAnalysis>],
-    pub budget: u32,
-    pub tokenizer: &'a BudgetTokenizer,
-    /// What the caller reads before each span, counted with it.
-    pub contexts: &'a SpanContexts,
-}
-
 /// Grows `spans` into the budget left over (see the module doc); spans stay disjoint and exact.
 #[tracing::instrument(level = "debug", skip_all, fields(spans = spans.len()))]
-pub fn expand(spans: &mut Vec<PackedSpan>, inputs: &ExpandInputs) {
+pub fn expand(spans: &mut Vec<PackedSpan>, inputs: &FitInputs) {
     let budget = inputs.budget as u64;
     let mut used: u64 = spans.iter().map(|s| s.token_count as u64).sum();
     let mut growth = vec![Growth::default(); spans.len()];
@@ -123,7 +108,7 @@ fn grow(
     spans: &[PackedSpan],
     index: usize,
     side: Side,
-    inputs: &ExpandInputs,
+    inputs: &FitInputs,
 ) -> Option<(PackedSpan, Vec<usize>)> {
     let span = spans[index];
     let hit = &inputs.hits[span.hit_index as usize];

@@ -14,12 +14,9 @@
 //! budget is not made. The budget still holds.
 
 use std::ops::Range;
-use std::sync::Arc;
 
-use super::context::SpanContexts;
-use super::{PackedSpan, SectionAnalysis};
+use super::{FitInputs, PackedSpan};
 use crate::index::SectionHit;
-use crate::tokenizer::BudgetTokenizer;
 
 /// Spans read as one: `parts` indexes the spans as [`join`] leaves them, in document order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,19 +27,10 @@ pub struct Passage {
     pub token_count: u32,
 }
 
-/// What the stage reads besides the spans.
-pub struct JoinInputs<'a> {
-    pub hits: &'a [SectionHit],
-    pub analyses: &'a [Arc<SectionAnalysis>],
-    pub budget: u32,
-    pub tokenizer: &'a BudgetTokenizer,
-    pub contexts: &'a SpanContexts,
-}
-
 /// Groups `spans` (best first, as packed and expanded) into passages, best first: the spans of
 /// each passage are put next to each other, in document order.
 #[tracing::instrument(level = "debug", skip_all, fields(spans = spans.len()))]
-pub fn join(spans: &mut Vec<PackedSpan>, inputs: &JoinInputs) -> Vec<Passage> {
+pub fn join(spans: &mut Vec<PackedSpan>, inputs: &FitInputs) -> Vec<Passage> {
     let next = links(spans, inputs);
     if next.iter().all(Option::is_none) {
         return (0..spans.len())
@@ -94,7 +82,7 @@ fn passage(parts: Range<usize>, token_count: u32) -> Passage {
 }
 
 /// For each span, the span it may be followed by in one passage.
-fn links(spans: &[PackedSpan], inputs: &JoinInputs) -> Vec<Option<usize>> {
+fn links(spans: &[PackedSpan], inputs: &FitInputs) -> Vec<Option<usize>> {
     let hits = inputs.hits;
     let mut by_place: Vec<usize> = (0..spans.len()).collect();
     by_place.sort_by(|&a, &b| {
@@ -119,7 +107,7 @@ fn links(spans: &[PackedSpan], inputs: &JoinInputs) -> Vec<Option<usize>> {
 }
 
 /// Whether `b` reads on from `a` with only `a`'s section's gap between them (module doc).
-fn joinable(a: &PackedSpan, b: &PackedSpan, inputs: &JoinInputs) -> bool {
+fn joinable(a: &PackedSpan, b: &PackedSpan, inputs: &FitInputs) -> bool {
     let (ha, hb) = (
         &inputs.hits[a.hit_index as usize],
         &inputs.hits[b.hit_index as usize],
@@ -144,7 +132,7 @@ fn count_joined(
     count: u32,
     following: usize,
     spans: &[PackedSpan],
-    inputs: &JoinInputs,
+    inputs: &FitInputs,
 ) -> u32 {
     let (last, next) = (&spans[parts[parts.len() - 1]], &spans[following]);
     let (last_hit, next_hit) = (
@@ -177,7 +165,7 @@ fn count_joined(
 }
 
 /// The count of what the caller reads of the spans `parts` followed by `following`, on its text.
-fn count_read(parts: &[usize], following: usize, spans: &[PackedSpan], inputs: &JoinInputs) -> u32 {
+fn count_read(parts: &[usize], following: usize, spans: &[PackedSpan], inputs: &FitInputs) -> u32 {
     let first = &spans[parts[0]];
     let mut read = inputs.contexts.context(
         first.hit_index,
@@ -210,9 +198,14 @@ pub fn push_text(out: &mut String, parts: &[PackedSpan], hits: &[SectionHit]) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::chunk::Strategy;
     use crate::query::assemble::assemble;
+    use crate::query::context::SpanContexts;
+    use crate::query::SectionAnalysis;
+    use crate::tokenizer::BudgetTokenizer;
     use crate::types::{ResultOrder, ScoreParts};
 
     /// Document "d" of `sections` and the gaps between them, as the index stores it: each
@@ -268,7 +261,7 @@ mod tests {
             .iter()
             .map(|hit| crate::query::test_analysis(hit, tokenizer))
             .collect();
-        let inputs = JoinInputs {
+        let inputs = FitInputs {
             hits,
             analyses: &analyses,
             budget,

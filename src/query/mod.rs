@@ -139,6 +139,17 @@ pub struct PackedSpan {
     pub strategy: Strategy,
 }
 
+/// What the stages after pack (expand, join) read besides the spans: the sections retrieved and
+/// their analyses, the budget and its tokenizer, and what the caller reads before each span,
+/// counted with it.
+pub struct FitInputs<'a> {
+    pub hits: &'a [crate::index::SectionHit],
+    pub analyses: &'a [std::sync::Arc<SectionAnalysis>],
+    pub budget: u32,
+    pub tokenizer: &'a crate::tokenizer::BudgetTokenizer,
+    pub contexts: &'a context::SpanContexts,
+}
+
 /// A retrieved section of document `d` holding `text` (ordinal 0, no metadata, no sentences):
 /// what the stages' unit tests cut, score and pack.
 #[cfg(test)]

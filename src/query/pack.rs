@@ -363,8 +363,9 @@ mod properties {
     use super::{pack, Candidate, PackedSpan, SectionAnalysis, SpanContexts};
     use crate::query::assemble::assemble;
     use crate::query::diversify::diversify;
-    use crate::query::expand::{expand, ExpandInputs};
-    use crate::query::join::{join, JoinInputs};
+    use crate::query::expand::expand;
+    use crate::query::join::join;
+    use crate::query::FitInputs;
     use crate::types::{ChunkSelection, ExactF32, ResultOrder};
 
     /// What must hold of any packed (or grown) spans: the floor and the per-document cap; then,
@@ -407,7 +408,7 @@ mod properties {
             }
         }
         let mut joined = spans.to_vec();
-        let inputs = JoinInputs {
+        let inputs = FitInputs {
             hits,
             analyses,
             budget,
@@ -785,7 +786,7 @@ mod properties {
             // The leftover grows the spans: the same invariants, and every packed span lies
             // inside a grown one.
             let mut grown = packed.clone();
-            let inputs = ExpandInputs { hits: &hits, analyses: &analyses, budget, tokenizer: tokenizer(), contexts: &contexts };
+            let inputs = FitInputs { hits: &hits, analyses: &analyses, budget, tokenizer: tokenizer(), contexts: &contexts };
             expand(&mut grown, &inputs);
             check_spans(&grown, &retrieved, budget, &selection, order, &contexts)?;
             prop_assert!(grown.len() <= packed.len());

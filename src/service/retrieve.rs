@@ -15,7 +15,7 @@ use crate::query::context::SpanContexts;
 use crate::query::diversify::{self, MMR_POOL};
 use crate::query::{
     analyze, assemble, coarse, embed, expand, join, pack, rechunk, score, validate, Candidate,
-    SectionAnalysis,
+    FitInputs, SectionAnalysis,
 };
 use crate::tokenizer::BudgetTokenizer;
 use crate::types::{RetrieveQuery, RetrieveResult, RetrievedChunk};
@@ -272,24 +272,17 @@ fn fit_budget(
     );
     timer.lap("pack");
 
-    let leftover = expand::ExpandInputs {
+    let fit = FitInputs {
         hits,
         analyses,
         budget,
         tokenizer,
         contexts: &contexts,
     };
-    expand::expand(&mut spans, &leftover);
+    expand::expand(&mut spans, &fit);
     timer.lap("expand");
 
-    let joining = join::JoinInputs {
-        hits,
-        analyses,
-        budget,
-        tokenizer,
-        contexts: &contexts,
-    };
-    let mut passages = join::join(&mut spans, &joining);
+    let mut passages = join::join(&mut spans, &fit);
     timer.lap("join");
 
     let chunks = assemble::assemble(&spans, &mut passages, hits, query.order, &contexts);
