@@ -9,9 +9,10 @@
 //! A span that ends its section joins the span that starts the next section when both sections
 //! are of one version of one document and under one heading path (so the chunk's heading path,
 //! and in position order its heading line, is that of all of it), and the first's text and gap
-//! run exactly up to the second's start. The passage is counted exactly with the budget tokenizer, as its own text reads (its context, a
-//! line break, its text): the gap may cost tokens, and a join that would take the answer past the
-//! budget is not made. The budget still holds.
+//! run exactly up to the second's start. The passage is counted exactly with the budget
+//! tokenizer, as its own text reads (its context, a line break, its text): the gap may cost
+//! tokens, and a join that would take the answer past the budget is not made. The budget still
+//! holds.
 
 use std::ops::Range;
 
@@ -23,7 +24,7 @@ use crate::index::SectionHit;
 pub struct Passage {
     pub parts: Range<usize>,
     /// Exact budget tokens of what the caller reads: the context of the first part, then the
-    /// text (see [`SpanContexts`]).
+    /// text (see [`super::context::SpanContexts`]).
     pub token_count: u32,
 }
 
@@ -124,8 +125,8 @@ fn joinable(a: &PackedSpan, b: &PackedSpan, inputs: &FitInputs) -> bool {
 
 /// Exact count of what the caller reads of the passage of the spans `parts`, counted `count`,
 /// followed by the span `following`. When the gap between them holds no token and both its ends
-/// are cuts ([`BudgetTokenizer::gap_adds_nothing`]: whitespace between printable ASCII chars
-/// under a WordPiece tokenizer), that is `count` plus the span's own count, read from its
+/// are cuts ([`crate::tokenizer::BudgetTokenizer::gap_adds_nothing`]: whitespace between ASCII
+/// printable chars under WordPiece), that is `count` plus the span's own count, read from its
 /// section's offsets; otherwise the passage is counted on its text.
 fn count_joined(
     parts: &[usize],
