@@ -17,15 +17,9 @@ pub fn record(sentenced: SentencedDocument) -> DocumentRecord {
     // Code-point offsets: one running count over the text, sections being in order.
     let mut sections = Vec::with_capacity(sentenced_sections.len());
     let (mut counted_bytes, mut counted_chars) = (0usize, 0u64);
-    let next_starts: Vec<Option<usize>> = sentenced_sections
-        .iter()
-        .skip(1)
-        .map(|next| Some(next.span.start))
-        .chain([None])
-        .collect();
-    for ((ordinal, section), next_start) in
-        sentenced_sections.into_iter().enumerate().zip(next_starts)
-    {
+    let mut sentenced_sections = sentenced_sections.into_iter().enumerate().peekable();
+    while let Some((ordinal, section)) = sentenced_sections.next() {
+        let next_start = sentenced_sections.peek().map(|(_, next)| next.span.start);
         let span = section.span;
         if span.start < counted_bytes {
             counted_bytes = 0;
