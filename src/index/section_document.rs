@@ -185,6 +185,9 @@ impl StoredSection<'_> {
             document.add_bytes(fields.section_vector, self.section_vector);
         }
         document.add_bytes(fields.section_checksum, &self.checksum()[..]);
+        // The checksum covers a gap only when it is stored: an index without the field is
+        // handed sections without gaps (`section_documents`).
+        debug_assert!(fields.gap_after.is_some() || self.gap_after.is_empty());
         if let (Some(field), false) = (fields.gap_after, self.gap_after.is_empty()) {
             document.add_text(field, self.gap_after);
         }
