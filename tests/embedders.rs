@@ -84,6 +84,81 @@ fn minilm_matches_python_reference_vectors() {
     }
 }
 
+/// A MiniLM that writes its optimised model into `dir` while it opens.
+fn minilm_optimized_in(dir: &std::path::Path) -> MiniLmEmbedder {
+    let mut config = MiniLmConfig::from_models_dir(&models_dir());
+    config.session_count = 2;
+    config.optimized_model_dir = Some(dir.to_path_buf());
+    MiniLmEmbedder::new(config).expect("MiniLM loads")
+}
+
+/// Largest difference of two vector sets, element by element.
+fn largest_difference(a: &lathe::embed::VectorMatrix, b: &lathe::embed::VectorMatrix) -> f32 {
+    assert_eq!((a.rows(), a.dim()), (b.rows(), b.dim()));
+    (0..a.rows())
+        .flat_map(|i| a.row(i).iter().zip(b.row(i)).map(|(x, y)| (x - y).abs()))
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn the_optimised_model_gives_the_same_vectors_and_leaves_no_files() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let dir = scratch.path().join("minilm-optimized");
+    // What a crash during an earlier open left behind is emptied first.
+    std::fs::create_dir_all(&dir).expect("creates");
+    std::fs::write(dir.join("weights.bin"), b"a torn write").expect("writes");
+    let optimized = minilm_optimized_in(&dir);
+    assert!(optimized.loaded_optimized_model());
+    assert!(!minilm().loaded_optimized_model());
+    assert!(
+        !dir.exists(),
+        "the optimised model's files are removed once loaded"
+    );
+
+    let reference = reference();
+    let mut texts: Vec<&str> = reference.sentences.iter().map(String::as_str).collect();
+    let long = "Lathe cuts chunks at query time, for each caller's budget. ".repeat(40);
+    texts.push(&long);
+    let direct = minilm().embed_texts(&texts).expect("embeds");
+    let from_optimized = optimized.embed_texts(&texts).expect("embeds");
+    let difference = largest_difference(&direct, &from_optimized);
+    assert!(difference <= 1e-5, "largest difference {difference}");
+
+    // Sentence vectors in both fine modes too (late chunking runs windows of 256 tokens).
+    let ranges = sentence_ranges(&long);
+    for mode in [FineMode::LateChunking, FineMode::PerSentence] {
+        let direct = minilm()
+            .sentence_vectors(&long, &ranges, mode)
+            .expect("embeds");
+        let from_optimized = optimized
+            .sentence_vectors(&long, &ranges, mode)
+            .expect("embeds");
+        let difference = largest_difference(&direct, &from_optimized);
+        assert!(
+            difference <= 1e-5,
+            "{mode:?}: largest difference {difference}"
+        );
+    }
+}
+
+#[test]
+fn an_unwritable_optimised_model_dir_still_loads_the_model() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let file = scratch.path().join("a-file");
+    std::fs::write(&file, b"not a directory").expect("writes");
+    // A directory cannot be made under a file: the sessions optimise the model file themselves.
+    let optimized = minilm_optimized_in(&file.join("minilm-optimized"));
+    assert!(!optimized.loaded_optimized_model());
+    let reference = reference();
+    let texts: Vec<&str> = reference.sentences.iter().map(String::as_str).collect();
+    let difference = largest_difference(
+        &minilm().embed_texts(&texts).expect("embeds"),
+        &optimized.embed_texts(&texts).expect("embeds"),
+    );
+    assert!(difference <= 1e-5, "largest difference {difference}");
+    assert_eq!(std::fs::read(&file).expect("reads"), b"not a directory");
+}
+
 #[test]
 fn static_embedder_matches_python_reference_vectors() {
     let reference = reference();

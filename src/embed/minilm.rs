@@ -52,6 +52,11 @@ pub struct MiniLmConfig {
     /// Tokens shared by consecutive late-chunking windows, so that a token near a cut still sees
     /// context on both sides.
     pub late_chunking_overlap_tokens: usize,
+    /// A writable directory the embedder owns while it opens: ONNX Runtime's optimised form of
+    /// the model is written there once and every session loads it (see
+    /// [`write_optimized_model`]); the directory is removed once they have. `None`: each session
+    /// optimises the model file itself, holding about 100 MiB more.
+    pub optimized_model_dir: Option<PathBuf>,
 }
 
 impl MiniLmConfig {
@@ -69,6 +74,7 @@ impl MiniLmConfig {
             max_batch_tokens: 8192,
             max_sequence_tokens: MINILM_MAX_SEQUENCE_TOKENS,
             late_chunking_overlap_tokens: 32,
+            optimized_model_dir: None,
         }
     }
 }
@@ -111,6 +117,9 @@ pub struct MiniLmEmbedder {
     sep_token_id: i64,
     /// `Session::run` needs `&mut`; each session sits behind its own lock.
     sessions: Vec<Mutex<Session>>,
+    /// Whether the sessions loaded the optimised model written at open
+    /// ([`MiniLmConfig::optimized_model_dir`]).
+    optimized: bool,
     clock: InferenceClock,
     /// With the arena on: run options that shrink the CPU arena at the end of the run (ONNX
     /// Runtime's `memory.enable_memory_arena_shrinkage`), used for the last run of an ingest call.
@@ -216,24 +225,38 @@ impl MiniLmEmbedder {
             path: config.model_path.clone(),
             message: error.to_string(),
         };
-        let mut sessions = Vec::with_capacity(config.session_count.max(1));
-        for _ in 0..config.session_count.max(1) {
-            let session = Session::builder(&environment)
-                .map_err(|error| model_error(&error))?
-                .with_memory_pattern(config.memory_arena)
-                .map_err(|error| model_error(&error))?
-                .with_execution_providers([ort::ep::CPU::default()
-                    .with_arena_allocator(config.memory_arena)
-                    .build()])
-                .map_err(|error| model_error(&error))?
-                .with_optimization_level(GraphOptimizationLevel::All)
-                .map_err(|error| model_error(&error))?
-                .with_intra_threads(config.intra_op_threads.max(1))
-                .map_err(|error| model_error(&error))?
-                .commit_from_file(&config.model_path)
-                .map_err(|error| model_error(&error))?;
-            sessions.push(Mutex::new(session));
+        let optimized_model = config.optimized_model_dir.as_deref().and_then(|dir| {
+            write_optimized_model(&environment, &config, dir)
+                .inspect_err(|error| {
+                    tracing::warn!(
+                        %error,
+                        "cannot write the optimised MiniLM model; each session optimises its own copy"
+                    );
+                })
+                .ok()
+        });
+        let open_sessions = |model_path: &Path| {
+            (0..config.session_count.max(1))
+                .map(|_| {
+                    open_session(&environment, &config, model_path)
+                        .map(Mutex::new)
+                        .map_err(|error| model_error(&error))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let opened = match optimized_model.as_deref().map(open_sessions) {
+            Some(Ok(sessions)) => Ok((sessions, true)),
+            Some(Err(error)) => {
+                tracing::warn!(%error, "cannot load the optimised MiniLM model; loading the original");
+                open_sessions(&config.model_path).map(|sessions| (sessions, false))
+            }
+            None => open_sessions(&config.model_path).map(|sessions| (sessions, false)),
+        };
+        // Each session has mapped or pre-packed the weights it keeps: the files can go.
+        if let Some(dir) = &config.optimized_model_dir {
+            let _ = std::fs::remove_dir_all(dir);
         }
+        let (sessions, optimized) = opened?;
         let shrink_arena = if config.memory_arena {
             let mut options = RunOptions::new().map_err(|error| model_error(&error))?;
             options
@@ -249,6 +272,7 @@ impl MiniLmEmbedder {
             cls_token_id,
             sep_token_id,
             sessions,
+            optimized,
             clock: InferenceClock::default(),
             shrink_arena,
         })
@@ -256,6 +280,12 @@ impl MiniLmEmbedder {
 
     pub fn config(&self) -> &MiniLmConfig {
         &self.config
+    }
+
+    /// Whether the sessions loaded the optimised model written at open
+    /// ([`MiniLmConfig::optimized_model_dir`]), rather than each optimising the model file.
+    pub fn loaded_optimized_model(&self) -> bool {
+        self.optimized
     }
 
     /// Longest content (tokens without [CLS]/[SEP]) of one model input.
@@ -566,6 +596,72 @@ impl MiniLmEmbedder {
         }
         Ok(matrices)
     }
+}
+
+/// One inference session on `model_path`, as `config` sets it up.
+fn open_session(
+    environment: &Environment,
+    config: &MiniLmConfig,
+    model_path: &Path,
+) -> ort::Result<Session> {
+    Session::builder(environment)?
+        .with_memory_pattern(config.memory_arena)?
+        .with_execution_providers([ort::ep::CPU::default()
+            .with_arena_allocator(config.memory_arena)
+            .build()])?
+        .with_optimization_level(GraphOptimizationLevel::All)?
+        .with_intra_threads(config.intra_op_threads.max(1))?
+        .commit_from_file(model_path)
+}
+
+/// The file name, inside [`MiniLmConfig::optimized_model_dir`], of the optimised model; its
+/// weights lie beside it in [`OPTIMIZED_WEIGHTS_FILE`].
+const OPTIMIZED_MODEL_FILE: &str = "model.onnx";
+const OPTIMIZED_WEIGHTS_FILE: &str = "weights.bin";
+
+/// Writes ONNX Runtime's optimised form of `config.model_path` into `dir` (emptied first) and
+/// returns the model file's path.
+///
+/// The shipped model stores its weights as int8 with a scale (`Cast` and `Mul` before each
+/// `MatMul`). Constant folding turns them into f32 when a session is created, and a session that
+/// optimises the model itself keeps the folded weights beside the pre-packed copies its kernels
+/// make: about 100 MiB a session. Written out with the folded weights in an external file, the
+/// model loads with those weights memory-mapped, and a session keeps only what it pre-packs
+/// (about 40 MiB). The optimisation written is ONNX Runtime's extended level, which is not
+/// specific to this machine's CPU; each session still applies every level when it loads.
+fn write_optimized_model(
+    environment: &Environment,
+    config: &MiniLmConfig,
+    dir: &Path,
+) -> Result<PathBuf, EmbedError> {
+    let model_error = |error: &dyn std::fmt::Display| EmbedError::ModelFile {
+        path: dir.join(OPTIMIZED_MODEL_FILE),
+        message: error.to_string(),
+    };
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(model_error(&error)),
+    }
+    std::fs::create_dir_all(dir).map_err(|error| model_error(&error))?;
+    let model_path = dir.join(OPTIMIZED_MODEL_FILE);
+    // The session that writes the file is not kept: creating it is what writes it.
+    let write = || -> ort::Result<Session> {
+        Session::builder(environment)?
+            .with_optimization_level(GraphOptimizationLevel::Level2)?
+            .with_optimized_model_path(&model_path)?
+            .with_config_entry(
+                "session.optimized_model_external_initializers_file_name",
+                OPTIMIZED_WEIGHTS_FILE,
+            )?
+            .with_config_entry(
+                "session.optimized_model_external_initializers_min_size_in_bytes",
+                "1024",
+            )?
+            .commit_from_file(&config.model_path)
+    };
+    write().map_err(|error| model_error(&error))?;
+    Ok(model_path)
 }
 
 /// Cuts `token_count` tokens into windows of at most `window_tokens`, consecutive windows sharing

@@ -230,6 +230,10 @@ fn ingest_inference_slots(config: &Config) -> usize {
     }
 }
 
+/// Where, in the data dir, the MiniLM embedder writes its optimised model while it opens
+/// ([`MiniLmConfig::optimized_model_dir`]); removed once the sessions have loaded it.
+pub const OPTIMIZED_MODEL_DIR: &str = "minilm-optimized";
+
 fn open_embedder(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
     let dir = &config.models.dir;
     let hint = |error: crate::embed::EmbedError| {
@@ -253,6 +257,9 @@ fn open_embedder(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
             minilm.max_batch_tokens = config.models.inference_batch_tokens;
             // A second session, so that query embeddings do not queue behind ingest batches.
             minilm.session_count = 2;
+            // Under the data dir's lock: no other server writes here, and what a crash left
+            // behind is emptied at the next open.
+            minilm.optimized_model_dir = Some(config.storage.data_dir.join(OPTIMIZED_MODEL_DIR));
             Some(Arc::new(MiniLmEmbedder::new(minilm).map_err(hint)?))
         }
     })
