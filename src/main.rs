@@ -14,14 +14,18 @@ use lathe::config::{Config, ConfigOverrides, LogFormat};
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options (its `malloc_conf` string, read once at its start; `_RJEM_MALLOC_CONF` in
-/// the environment is applied after it): freed pages go back to the system within a second,
-/// purged by jemalloc's own background thread rather than by the thread that frees, so an idle
-/// server keeps what it keeps with glibc.
+/// the environment is applied after it):
+/// - freed pages go back to the system within a second, purged by jemalloc's own background
+///   thread rather than by the thread that frees, so an idle server keeps what it keeps with glibc;
+/// - one arena for all threads. hnsw_rs's loader allocates a temporary of the same size class
+///   beside each point's neighbour table and frees the temporaries at the end; segments loaded
+///   side by side in arenas of their own leave those holes where no other load can reuse them
+///   (BENCHMARKS.md, "One allocator arena").
 #[cfg(not(target_env = "msvc"))]
 #[export_name = "_rjem_malloc_conf"]
 #[allow(non_upper_case_globals)]
-pub static malloc_conf: &[u8; 60] =
-    b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+pub static malloc_conf: &[u8; 70] =
+    b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,narenas:1\0";
 
 #[derive(Parser)]
 #[command(
