@@ -269,6 +269,12 @@ pub struct RetrievalConfig {
     pub rrf_k: f32,
     pub rrf_lexical_weight: f32,
     pub rrf_dense_weight: f32,
+    /// MMR trade-off applied to a request that leaves `diversity` unset when its query is
+    /// ambiguous (see `ambiguous_gap`); 0: never.
+    pub ambiguous_diversity: f32,
+    /// A query is ambiguous when the best chunk of its fifth-best document scores within this
+    /// share of the chunk score's range (the sum of the weights in use) of its best chunk.
+    pub ambiguous_gap: f32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -369,6 +375,8 @@ impl Default for RetrievalConfig {
             rrf_k: 60.0,
             rrf_lexical_weight: 1.0,
             rrf_dense_weight: 1.0,
+            ambiguous_diversity: 0.3,
+            ambiguous_gap: 0.2,
         }
     }
 }
@@ -636,6 +644,14 @@ impl Config {
             retrieval.rrf_k.is_finite() && retrieval.rrf_k >= 0.0,
             "retrieval.rrf_k must be finite and not negative",
         )?;
+        check(
+            (0.0..=1.0).contains(&retrieval.ambiguous_diversity),
+            "retrieval.ambiguous_diversity must be in 0..=1",
+        )?;
+        check(
+            (0.0..=1.0).contains(&retrieval.ambiguous_gap),
+            "retrieval.ambiguous_gap must be in 0..=1",
+        )?;
         Ok(())
     }
 
@@ -746,6 +762,20 @@ mod tests {
             "{error}"
         );
         assert!(Config::from_toml("[dense]\nload_threads = 1\n").is_ok());
+        for (key, value) in [
+            ("ambiguous_gap", "1.5"),
+            ("ambiguous_gap", "nan"),
+            ("ambiguous_diversity", "-0.1"),
+        ] {
+            let error = Config::from_toml(&format!("[retrieval]\n{key} = {value}\n")).unwrap_err();
+            assert!(
+                error
+                    .to_string()
+                    .contains(&format!("retrieval.{key} must be in 0..=1")),
+                "{error}"
+            );
+        }
+        assert!(Config::from_toml("[retrieval]\nambiguous_diversity = 0.0\n").is_ok());
         let error = Config::from_toml("[dense]\nseal_vectors = 100\nmax_segment_vectors = 399\n")
             .unwrap_err();
         assert!(

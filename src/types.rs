@@ -291,8 +291,9 @@ pub struct ChunkSelection {
     pub min_score: Option<ExactF32>,
     /// At most this many returned chunks (merged spans) per document.
     pub max_chunks_per_document: Option<u32>,
-    /// MMR trade-off in 0..=1; 0 is off.
-    pub diversity: ExactF32,
+    /// MMR trade-off in 0..=1; 0 is off. Unset: the server's `retrieval.ambiguous_diversity`
+    /// when the query is ambiguous ([`crate::query::diversify::is_ambiguous`]), else off.
+    pub diversity: Option<ExactF32>,
 }
 
 /// A validated retrieve request, with every default resolved except the collection's chunking.

@@ -852,3 +852,69 @@ async fn lathe_ingest_in_flight_batches_store_everything_and_the_last_version_wi
     .await
     .expect("bounded");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ambiguous_query_is_answered_from_more_documents_unless_diversity_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = lexical_config(dir.path());
+    // The whole score range: any query whose candidates come from five documents or more is
+    // ambiguous (where the line lies is `diversify::is_ambiguous`'s unit test), and MMR strong
+    // enough to take a second document within this small budget, so that this test is about the
+    // request field and the settings, not BM25's exact figures.
+    config.retrieval.ambiguous_gap = 1.0;
+    config.retrieval.ambiguous_diversity = 0.5;
+    let server = TestServer::start_with(config).await;
+    let mut client = server.client.clone();
+    create_collection(&mut client, "c").await;
+    // Every paper states a conclusion in the same words; "a" states several, and alone
+    // mentions ferrets.
+    let mut documents = vec![document(
+        "a",
+        &(0..20)
+            .map(|i| format!("The conclusion of this study is finding number {i} on ferrets."))
+            .collect::<Vec<_>>()
+            .join(" "),
+        Format::Plain,
+    )];
+    for id in ["b", "c", "d", "e", "f"] {
+        let text = format!(
+            "The conclusion of this study is finding {id}. Weather stations logged rain and \
+             wind across the valley for many seasons."
+        );
+        documents.push(document(id, &text, Format::Plain));
+    }
+    upsert(&mut client, "c", documents).await;
+
+    const BUDGET: u32 = 96;
+    let documents_answering = |response: &proto::RetrieveResponse| {
+        let mut ids: Vec<String> = response.chunks.iter().map(|c| c.doc_id.clone()).collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    };
+    let ask = |query: &str, diversity: Option<f32>| {
+        let mut request = retrieve_request("c", query, BUDGET);
+        request.diversity = diversity;
+        request
+    };
+
+    // "a"'s chunks outscore the rest: ranked by score alone, they fill the budget.
+    let unset = retrieve(&mut client, ask("conclusion of this study", None)).await;
+    let off = retrieve(&mut client, ask("conclusion of this study", Some(0.0))).await;
+    let unset_documents = documents_answering(&unset);
+    let off_documents = documents_answering(&off);
+    assert!(
+        unset_documents.len() > off_documents.len(),
+        "unset {unset_documents:?}, diversity 0 {off_documents:?}"
+    );
+    for response in [&unset, &off] {
+        assert!(response.tokens_used <= BUDGET);
+    }
+
+    // One document holds what the query names: not ambiguous, nothing changes.
+    let unset = retrieve(&mut client, ask("ferrets", None)).await;
+    let off = retrieve(&mut client, ask("ferrets", Some(0.0))).await;
+    assert_eq!(documents_answering(&unset), ["a"]);
+    assert_eq!(unset.chunks, off.chunks);
+    server.stop().await;
+}

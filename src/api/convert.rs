@@ -356,7 +356,7 @@ pub fn retrieve_query_from_proto(request: proto::RetrieveRequest) -> Result<Retr
     let selection = ChunkSelection {
         min_score: min_score.map(ExactF32),
         max_chunks_per_document,
-        diversity: ExactF32(diversity.unwrap_or(0.0)),
+        diversity: diversity.map(ExactF32),
     };
     let order = match proto::ResultOrder::try_from(order) {
         Ok(proto::ResultOrder::Score) => ResultOrder::Score,

@@ -687,6 +687,12 @@ impl CellRun<'_> {
         check: &mut SpanChecks,
     ) -> anyhow::Result<Vec<ScoredQuery>> {
         let (collection, chunking, top_k) = self.request_parts();
+        // Only the defaults leave the server to choose MMR per query; the tuned systems and the
+        // baselines rank by score alone, as the configurations they stand for do.
+        let diversity = match self.system.kind {
+            SystemKind::Defaults => None,
+            SystemKind::Lathe { .. } | SystemKind::Baseline(_) => Some(0.0),
+        };
         let dataset = &self.inputs.dataset;
         let requests = self
             .inputs
@@ -705,7 +711,7 @@ impl CellRun<'_> {
                     order: proto::ResultOrder::Score as i32,
                     min_score: None,
                     max_chunks_per_document: None,
-                    diversity: None,
+                    diversity,
                     consistency_token: 0,
                 };
                 async move {
@@ -904,7 +910,7 @@ fn write_report(parts: &ReportInputs, run_path: &Path) -> anyhow::Result<()> {
     budgets.dedup();
     let table = report::markdown(&measurements.cells, &labels, &budgets);
     let header = format!(
-        "## lathe eval: {}\n\n{} of {} queries (seed {}), {} documents; top_k {} (baselines {}; the system \"defaults\" sends only the query and the budget), overlap {} tokens; server {}; concurrency {}; {} retrieves in {:.1} s. Latency is client-side wall time per Retrieve over loopback gRPC. Budgets and recounts in the MiniLM tokenizer (no special tokens).\n\n{}\n",
+        "## lathe eval: {}\n\n{} of {} queries (seed {}), {} documents; top_k {} (baselines {}; the system \"defaults\" sends only the query and the budget, the others `diversity` 0), overlap {} tokens; server {}; concurrency {}; {} retrieves in {:.1} s. Latency is client-side wall time per Retrieve over loopback gRPC. Budgets and recounts in the MiniLM tokenizer (no special tokens).\n\n{}\n",
         args.dataset.display(),
         inputs.query_indices.len(),
         inputs.dataset.queries.len(),

@@ -9,6 +9,12 @@
 //! vector (no dense index, or no model) counts as 1 similar to chunks of its own document and 0
 //! to others. Only the best [`MMR_POOL`] candidates are reordered (the work grows with its
 //! square); the rest follow in score order.
+//!
+//! A request that leaves `diversity` unset gets MMR only when its query is ambiguous
+//! ([`is_ambiguous`]): selective diversification (Santos, Macdonald and Ounis, 2010). A query
+//! whose best chunks single out one document keeps its ranking; one whose best chunks are spread
+//! evenly over many documents ("What is the conclusion of this study?" over a collection of
+//! papers) is answered from more of them, since no one of them is the likely one.
 
 use super::Candidate;
 use crate::index::SectionHit;
@@ -64,6 +70,33 @@ pub fn diversify(
     }
     let reordered: Vec<Candidate> = order.iter().map(|&i| candidates[i]).collect();
     candidates[..pool].copy_from_slice(&reordered);
+}
+
+/// The documents [`is_ambiguous`] compares: the best and the one this far down the ranking.
+pub const AMBIGUOUS_DOCUMENTS: usize = 5;
+
+/// Whether the candidates (sorted best first) leave the query's document open: the best chunk of
+/// the [`AMBIGUOUS_DOCUMENTS`]-th best document scores within `gap` of the best chunk of all. A
+/// query whose candidates come from fewer documents is never ambiguous.
+pub fn is_ambiguous(candidates: &[Candidate], hits: &[SectionHit], gap: f32) -> bool {
+    let Some(best) = candidates.first() else {
+        return false;
+    };
+    let mut documents: [&str; AMBIGUOUS_DOCUMENTS] = [""; AMBIGUOUS_DOCUMENTS];
+    let mut seen = 0;
+    for candidate in candidates {
+        let document = hits[candidate.hit_index as usize].doc_id.as_str();
+        if documents[..seen].contains(&document) {
+            continue;
+        }
+        documents[seen] = document;
+        seen += 1;
+        if seen == AMBIGUOUS_DOCUMENTS {
+            // Sorted best first: this is the document's best chunk.
+            return best.score - candidate.score < gap;
+        }
+    }
+    false
 }
 
 /// Scores rescaled to 0..1 (all 1 when they are equal).
@@ -132,6 +165,42 @@ mod tests {
         let mut diverse = scored.clone();
         diversify(&mut diverse, &vectors, &hits, 0.5);
         assert_eq!(starts(&diverse), [0, 30, 10, 20]);
+    }
+
+    #[test]
+    fn a_query_is_ambiguous_when_its_fifth_document_scores_close_to_its_best() {
+        let hits: Vec<SectionHit> = ["a", "a", "b", "c", "d", "e", "f"]
+            .into_iter()
+            .map(hit)
+            .collect();
+        // Best first: a (twice), b, c, d, then e's best at `fifth`.
+        let ranked = |fifth: f32| {
+            let mut scored = vec![
+                candidate(0, 0, 2.0),
+                candidate(1, 0, 1.9),
+                candidate(2, 0, 1.8),
+                candidate(3, 0, 1.7),
+                candidate(0, 10, 1.65),
+                candidate(4, 0, 1.6),
+                candidate(5, 0, fifth),
+                candidate(6, 0, fifth - 0.5),
+            ];
+            scored.sort_by(|x, y| y.score.total_cmp(&x.score));
+            scored
+        };
+        assert!(is_ambiguous(&ranked(1.55), &hits, 0.5));
+        // The gap is counted from e (the fifth document), not f or a second chunk of a.
+        assert!(!is_ambiguous(&ranked(1.45), &hits, 0.5));
+        assert!(!is_ambiguous(&ranked(1.55), &hits, 0.45));
+        // Four documents in all: never ambiguous, however close their scores.
+        let few = [
+            candidate(0, 0, 1.0),
+            candidate(2, 0, 1.0),
+            candidate(3, 0, 1.0),
+            candidate(4, 0, 1.0),
+        ];
+        assert!(!is_ambiguous(&few, &hits, 0.5));
+        assert!(!is_ambiguous(&[], &hits, 0.5));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //!   └─ analyze::analyze             → Vec<Arc<SectionAnalysis>>  one tokenization per section (cached)
 //!   └─ rechunk::rechunk             → Vec<Candidate>    fine chunks cut on token offsets, at each size
 //!   └─ score::score                 → Vec<Candidate>    chunk BM25 + section prior (+ dense), best first
-//!   └─ diversify::diversify         → Vec<Candidate>    reordered by MMR (only with diversity > 0)
+//!   └─ diversify::diversify         → Vec<Candidate>    reordered by MMR (diversity > 0, or unset and an ambiguous query)
 //!   └─ context::SpanContexts        → (per section)     what is read before a span (heading line in position order)
 //!   └─ pack::pack                   → Vec<PackedSpan>   chunks in that order merged into the budget
 //!   └─ expand::expand               → Vec<PackedSpan>   leftover budget grows spans by neighbouring sentences

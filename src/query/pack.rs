@@ -696,7 +696,7 @@ mod properties {
             let selection = ChunkSelection {
                 min_score: min_score.map(|m| ExactF32(m as f32)),
                 max_chunks_per_document,
-                diversity: ExactF32(diversity_steps as f32 / 4.0),
+                diversity: Some(ExactF32(diversity_steps as f32 / 4.0)),
             };
             // The sections before `first_of_d1` are document d0's, the others d1's, each
             // document its sections' texts (trimmed, as sections are) with a gap between them
@@ -769,7 +769,7 @@ mod properties {
                 }))
                 .collect();
             let scored = candidates.clone();
-            diversify(&mut candidates, &vectors, &hits, selection.diversity.0);
+            diversify(&mut candidates, &vectors, &hits, selection.diversity.map_or(0.0, |d| d.0));
             prop_assert_eq!(sorted_by_place(&candidates), sorted_by_place(&scored));
             let packed = pack(&candidates, &hits, &analyses, budget, tokenizer(), &selection, &contexts);
             let retrieved = Retrieved { hits: &hits, analyses: &analyses, documents: &documents };

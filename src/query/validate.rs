@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::chunk::{ChunkOptions, SemanticThreshold, Strategy};
 use crate::config::LimitsConfig;
 use crate::error::{LatheError, Result};
-use crate::types::{ChunkSelection, ChunkingSpec, RetrieveQuery};
+use crate::types::{ChunkSelection, ChunkingSpec, ExactF32, RetrieveQuery};
 
 /// The query's own limits (text length, top_k, budget).
 pub fn validate_query(limits: &LimitsConfig, query: &RetrieveQuery) -> Result<()> {
@@ -85,12 +85,13 @@ fn validate_selection(selection: &ChunkSelection) -> Result<()> {
     if let Some(cap) = selection.max_chunks_per_document {
         check_from_one("max_chunks_per_document", cap, MAX_CHUNKS_PER_DOCUMENT)?;
     }
-    let diversity = selection.diversity.0;
-    if !(0.0..=1.0).contains(&diversity) {
-        return Err(LatheError::invalid(
-            "diversity",
-            format!("is {diversity}; the allowed range is 0..=1 (0: off)"),
-        ));
+    if let Some(ExactF32(diversity)) = selection.diversity {
+        if !(0.0..=1.0).contains(&diversity) {
+            return Err(LatheError::invalid(
+                "diversity",
+                format!("is {diversity}; the allowed range is 0..=1 (0: off)"),
+            ));
+        }
     }
     Ok(())
 }
@@ -283,7 +284,7 @@ mod tests {
         let fine = ChunkSelection {
             min_score: Some(ExactF32(-3.5)),
             max_chunks_per_document: Some(1),
-            diversity: ExactF32(1.0),
+            diversity: Some(ExactF32(1.0)),
         };
         assert!(validate_query(&limits, &with(fine)).is_ok());
         let cases = [
@@ -303,14 +304,14 @@ mod tests {
             ),
             (
                 ChunkSelection {
-                    diversity: ExactF32(1.5),
+                    diversity: Some(ExactF32(1.5)),
                     ..fine
                 },
                 "invalid `diversity`: is 1.5; the allowed range is 0..=1 (0: off)",
             ),
             (
                 ChunkSelection {
-                    diversity: ExactF32(f32::NAN),
+                    diversity: Some(ExactF32(f32::NAN)),
                     ..fine
                 },
                 "invalid `diversity`: is NaN; the allowed range is 0..=1 (0: off)",

@@ -23,6 +23,8 @@ use crate::types::{RetrieveQuery, RetrieveResult, RetrievedChunk};
 /// Fixed for the life of the engine: how signals are weighed, and the query embedder.
 struct QuerySettings {
     weights: score::Weights,
+    /// MMR for a request that leaves `diversity` unset and whose query is ambiguous.
+    ambiguous: AmbiguousQueries,
     fusion: coarse::Fusion,
     embedder: Option<Arc<dyn Embedder>>,
     /// The embedder's name in the query-vector cache's keys.
@@ -124,6 +126,10 @@ impl Engine {
                 bm25: retrieval.bm25_weight,
                 section: retrieval.section_weight,
                 dense: retrieval.dense_weight,
+            },
+            ambiguous: AmbiguousQueries {
+                diversity: retrieval.ambiguous_diversity,
+                gap: retrieval.ambiguous_gap,
             },
             fusion: coarse::Fusion {
                 k: retrieval.rrf_k,
@@ -232,7 +238,7 @@ fn run_query_stages(
     );
     timer.lap("score");
 
-    if diversify_if_asked(query, &mut candidates, &hits, query_vector) {
+    if diversify_if_asked(query, &mut candidates, &hits, query_vector, settings) {
         timer.lap("diversify");
     }
 
@@ -312,14 +318,43 @@ impl StageTimer {
     }
 }
 
-/// Reorders the candidates by MMR when the query sets a diversity; true when it did.
+/// `retrieval.ambiguous_diversity` and `retrieval.ambiguous_gap`.
+#[derive(Clone, Copy)]
+struct AmbiguousQueries {
+    diversity: f32,
+    /// A share of the chunk score's range.
+    gap: f32,
+}
+
+/// Reorders the candidates by MMR when the query sets a diversity, or leaves it unset and is
+/// ambiguous ([`diversify::is_ambiguous`]); true when it did.
 fn diversify_if_asked(
     query: &RetrieveQuery,
     candidates: &mut [Candidate],
     hits: &[SectionHit],
     query_vector: Option<&[f32]>,
+    settings: &QuerySettings,
 ) -> bool {
-    let diversity = query.selection.diversity.0;
+    let diversity = match query.selection.diversity {
+        Some(asked) => asked.0,
+        None => {
+            let ambiguous = settings.ambiguous;
+            // The chunk score's range: the weights of the signals it sums (score::fuse_signals).
+            let weights = settings.weights;
+            let dense = if query_vector.is_some() {
+                weights.dense
+            } else {
+                0.0
+            };
+            let range = weights.bm25 + weights.section + dense;
+            let gap = ambiguous.gap * range;
+            if ambiguous.diversity > 0.0 && diversify::is_ambiguous(candidates, hits, gap) {
+                ambiguous.diversity
+            } else {
+                0.0
+            }
+        }
+    };
     if diversity <= 0.0 {
         return false;
     }

@@ -275,7 +275,9 @@ class Lathe:
         `strategy`, `max_tokens` and `overlap_tokens` are shorthands for `chunking`; `metadata`
         (every key = value must match) and `doc_ids` filter the documents. `min_score` drops
         chunks scoring below it, `max_chunks_per_document` caps the chunks of one document, and
-        `diversity` (0..1, 0 = off) reorders chunks by maximal marginal relevance before packing.
+        `diversity` (0..1, 0 = off) reorders chunks by maximal marginal relevance before packing;
+        left unset, the server applies MMR only when the query is ambiguous (its best chunks
+        spread evenly over many documents).
         With replication, `consistency_token` (a write's) makes the replica answer only once it
         has applied that write."""
         if chunking is None:
