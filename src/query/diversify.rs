@@ -173,7 +173,7 @@ mod tests {
             .into_iter()
             .map(hit)
             .collect();
-        // Best first: a (twice), b, c, d, then e's best at `fifth`.
+        // Best first: a (three chunks of two sections), b, c, d, then e at `fifth` and f below.
         let ranked = |fifth: f32| {
             let mut scored = vec![
                 candidate(0, 0, 2.0),
