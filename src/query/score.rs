@@ -17,6 +17,15 @@ pub struct Weights {
     pub dense: f32,
 }
 
+impl Weights {
+    /// The highest score a chunk can have: the sum of the weights of the signals
+    /// [`fuse_signals`] adds, each normalised to 0..1 (the dense one only with a query vector).
+    pub fn score_range(&self, has_query_vector: bool) -> f32 {
+        let dense = if has_query_vector { self.dense } else { 0.0 };
+        self.bm25 + self.section + dense
+    }
+}
+
 /// Scores `candidates` in place and sorts them best first (ties by position, for determinism).
 #[tracing::instrument(level = "debug", skip_all, fields(candidates = candidates.len()))]
 pub fn score(

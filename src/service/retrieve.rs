@@ -339,15 +339,7 @@ fn diversify_if_asked(
         Some(asked) => asked.0,
         None => {
             let ambiguous = settings.ambiguous;
-            // The chunk score's range: the weights of the signals it sums (score::fuse_signals).
-            let weights = settings.weights;
-            let dense = if query_vector.is_some() {
-                weights.dense
-            } else {
-                0.0
-            };
-            let range = weights.bm25 + weights.section + dense;
-            let gap = ambiguous.gap * range;
+            let gap = ambiguous.gap * settings.weights.score_range(query_vector.is_some());
             if ambiguous.diversity > 0.0 && diversify::is_ambiguous(candidates, hits, gap) {
                 ambiguous.diversity
             } else {
