@@ -41,7 +41,7 @@ use tonic::transport::Channel;
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
 use lathe::client::{connect, serve_command, upload_in_batches};
-use lathe::dense::{to_stored, StoredElement};
+use lathe::dense::{query_elements, to_stored, StoredElement};
 use lathe::embed::{Embedder, StaticEmbedder};
 use lathe::eval::percentile;
 use lathe::eval::report::{draw_axes, draw_legend, draw_line_with_markers};
@@ -824,13 +824,13 @@ fn dense_recall_at_10(
         if let Some((graph, _, _, params)) = &one_graph {
             let mut normalized = query.to_vec();
             lathe::embed::l2_normalize(&mut normalized);
-            let stored = to_stored(&normalized);
+            let elements = query_elements(&normalized);
             let accept_all = |_: &usize| true;
             for (&ef, (run_recalls, run_seconds)) in params.efs.iter().zip(&mut one_graph_runs) {
                 let started = Instant::now();
                 let found: Vec<u64> = graph
                     .search_filter(
-                        &stored,
+                        elements,
                         10,
                         ef.max(10),
                         params.filtered.then_some(&accept_all as _),
@@ -898,7 +898,7 @@ impl OneGraph {
 }
 
 /// One hnsw graph over all of `vectors` (slot = position), built as the index builds a merged
-/// segment: the index's graph parameters and stored form (half floats), batches of 10,000
+/// segment: the index's graph parameters and stored form (int8 codes), batches of 10,000
 /// inserted in parallel.
 fn one_graph_over(
     vectors: &[(u64, Vec<f32>)],
@@ -1625,7 +1625,7 @@ mod tests {
             .collect();
         let graph = one_graph_over(&vectors, &DenseIndexConfig::new(2), None);
         for (slot, (_, vector)) in vectors.iter().enumerate() {
-            let found = graph.search(&to_stored(vector), 1, 64);
+            let found = graph.search(query_elements(vector), 1, 64);
             assert_eq!(found[0].d_id, slot);
         }
     }

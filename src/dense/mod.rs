@@ -1,5 +1,5 @@
-//! Dense vector index: hnsw graphs (hnsw_rs) over unit vectors held as half floats (see
-//! [`StoredElement`]), in segments, with tombstones.
+//! Dense vector index: hnsw graphs (hnsw_rs) over vectors held as int8 codes (see `element`),
+//! in segments, with tombstones.
 //!
 //! # Layout
 //! A [`DenseIndex`] is a list of **sealed** segments and one **live** segment (the last), each an
@@ -25,6 +25,7 @@
 //! slots of keys the caller says are live and returns the live keys found in no segment, for
 //! the caller to insert again (those written after the last seal).
 
+mod element;
 mod persist;
 mod segment;
 
@@ -34,12 +35,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
-use half::f16;
-use half::slice::HalfFloatSliceExt;
-use hnsw_rs::prelude::Distance;
 use rayon::prelude::*;
 
-use crate::embed::{dot, l2_normalize};
+use crate::embed::l2_normalize;
+pub use element::{from_stored, query_elements, to_stored, StoredElement, UnitDotDistance};
 use persist::{Manifest, SegmentEntry};
 use segment::Segment;
 
@@ -114,7 +113,7 @@ static SEARCH_WAIT_MAX_NANOS: AtomicU64 = AtomicU64::new(0);
 fn search_segment(
     segment: &Segment,
     unit: &[f32],
-    stored: &[StoredElement],
+    query: &[StoredElement],
     k: usize,
     ef: usize,
     filter: &(dyn Fn(u64) -> bool + Sync),
@@ -134,11 +133,11 @@ fn search_segment(
             .map(|neighbour| (segment.key(neighbour.d_id), 1.0 - neighbour.distance))
             .collect()
     };
-    let plain = found(&segment.graph.search(stored, ef, ef));
+    let plain = found(&segment.graph.search(query, ef, ef));
     if plain.len() >= k || plain.len() >= segment.live_count() {
         return plain;
     }
-    found(&segment.graph.search_filter(stored, k, ef, Some(&accept)))
+    found(&segment.graph.search_filter(query, k, ef, Some(&accept)))
 }
 
 fn observe_search_wait(waited: std::time::Duration) {
@@ -219,134 +218,6 @@ impl DenseError {
             path: path.to_path_buf(),
             message: message.into(),
         }
-    }
-}
-
-/// `1 - a·b` for unit vectors, clamped to [0, 2]. hnsw_rs's own `DistDot` asserts `a·b <= 1`,
-/// which rounding breaks for a vector compared with itself, and `DistCosine` recomputes norms.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct UnitDotDistance;
-
-impl Distance<f32> for UnitDotDistance {
-    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
-        (1.0 - dot(a, b)).clamp(0.0, 2.0)
-    }
-}
-
-/// The graphs hold their vectors as IEEE half floats: half the memory of `f32` (512 bytes a
-/// 256-d vector, of the about 2.7 KB a point costs in an hnsw_rs graph). Rounding a unit vector
-/// moves its similarity to another by at most 2^-11 (about 5e-4), so at most 1e-3 with both
-/// sides rounded; 1.1e-4 was the largest seen, below the gaps that decide a top 10 (see
-/// BENCHMARKS.md, "Half-float graph vectors").
-pub type StoredElement = f16;
-
-/// The stored form of unit vector `unit`.
-pub fn to_stored(unit: &[f32]) -> Vec<StoredElement> {
-    let mut stored = vec![f16::ZERO; unit.len()];
-    stored.convert_from_f32_slice(unit);
-    stored
-}
-
-/// The `f32` form of a stored vector.
-pub fn from_stored(stored: &[StoredElement]) -> Vec<f32> {
-    let mut unit = vec![0.0; stored.len()];
-    stored.convert_to_f32_slice(&mut unit);
-    unit
-}
-
-impl Distance<f16> for UnitDotDistance {
-    fn eval(&self, a: &[f16], b: &[f16]) -> f32 {
-        (1.0 - half_dot(a, b)).clamp(0.0, 2.0)
-    }
-}
-
-/// `a·b` over the common length of two half-float vectors, in `f32`. Where the CPU has AVX2,
-/// FMA and F16C (checked once; every x86-64 server of the last decade), eight halves at a time
-/// are widened in a register and multiplied-added; elsewhere a block at a time is widened on
-/// the stack and handed to [`dot`].
-#[inline]
-fn half_dot(a: &[f16], b: &[f16]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if *x86::HAS_AVX2_FMA_F16C {
-        // SAFETY: the features the function is compiled for were detected on this CPU.
-        return unsafe { x86::half_dot_avx2(a, b) };
-    }
-    half_dot_portable(a, b)
-}
-
-fn half_dot_portable(a: &[f16], b: &[f16]) -> f32 {
-    const BLOCK: usize = 64;
-    let mut wide_a = [0.0f32; BLOCK];
-    let mut wide_b = [0.0f32; BLOCK];
-    let mut sum = 0.0;
-    for (block_a, block_b) in a.chunks(BLOCK).zip(b.chunks(BLOCK)) {
-        let len = block_a.len().min(block_b.len());
-        block_a[..len].convert_to_f32_slice(&mut wide_a[..len]);
-        block_b[..len].convert_to_f32_slice(&mut wide_b[..len]);
-        sum += dot(&wide_a[..len], &wide_b[..len]);
-    }
-    sum
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use std::arch::x86_64::{
-        __m128i, __m256, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps,
-        _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_setzero_ps, _mm_add_ps, _mm_add_ss,
-        _mm_cvtss_f32, _mm_loadu_si128, _mm_movehl_ps, _mm_shuffle_ps,
-    };
-    use std::sync::LazyLock;
-
-    use half::f16;
-
-    pub(super) static HAS_AVX2_FMA_F16C: LazyLock<bool> = LazyLock::new(|| {
-        is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-    });
-
-    /// Eight halves from `pointer`, widened.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn load8(pointer: *const f16) -> __m256 {
-        // SAFETY: the caller holds eight readable halves at `pointer`; unaligned loads are fine.
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(pointer.cast::<__m128i>())) }
-    }
-
-    /// # Safety
-    /// The CPU must have AVX2, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn half_dot_avx2(a: &[f16], b: &[f16]) -> f32 {
-        let len = a.len().min(b.len());
-        let (pa, pb) = (a.as_ptr(), b.as_ptr());
-        // Four accumulators: four fused multiply-adds in flight.
-        let mut sums = [_mm256_setzero_ps(); 4];
-        let mut i = 0;
-        while i + 32 <= len {
-            for (lane, sum) in sums.iter_mut().enumerate() {
-                let at = i + 8 * lane;
-                // SAFETY: `at + 8 <= len`, within both slices.
-                *sum = unsafe { _mm256_fmadd_ps(load8(pa.add(at)), load8(pb.add(at)), *sum) };
-            }
-            i += 32;
-        }
-        while i + 8 <= len {
-            // SAFETY: `i + 8 <= len`, within both slices.
-            sums[0] = unsafe { _mm256_fmadd_ps(load8(pa.add(i)), load8(pb.add(i)), sums[0]) };
-            i += 8;
-        }
-        let sum = _mm256_add_ps(
-            _mm256_add_ps(sums[0], sums[1]),
-            _mm256_add_ps(sums[2], sums[3]),
-        );
-        let quad = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
-        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-        let single = _mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 0b01));
-        let tail: f32 = a[i..len]
-            .iter()
-            .zip(&b[i..len])
-            .map(|(x, y)| x.to_f32() * y.to_f32())
-            .sum();
-        _mm_cvtss_f32(single) + tail
     }
 }
 
@@ -650,7 +521,7 @@ impl DenseIndex {
         }
         let mut unit = query.to_vec();
         l2_normalize(&mut unit);
-        let stored = to_stored(&unit);
+        let elements = query_elements(&unit);
         let ef = self.config.ef_search.max(k);
         let waiting = Instant::now();
         let segments = self.segments();
@@ -662,7 +533,7 @@ impl DenseIndex {
             .par_iter()
             .with_min_len(crate::cpu_pool::min_split_len())
             .filter(|segment| segment.live_count() > 0)
-            .flat_map_iter(|segment| search_segment(segment, &unit, &stored, k, ef, filter))
+            .flat_map_iter(|segment| search_segment(segment, &unit, elements, k, ef, filter))
             .collect();
         hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         // A key being replaced can be live in two segments for an instant: keep its best.
@@ -1290,6 +1161,7 @@ fn move_unchanged_keys(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::embed::dot;
 
     /// Deterministic pseudo-random unit vectors (xorshift).
     fn random_vectors(count: usize, dim: usize, mut seed: u64) -> Vec<Vec<f32>> {
@@ -1309,7 +1181,7 @@ mod tests {
             .collect()
     }
 
-    /// Unit vector `v` as the index holds it (rounded to half floats): the reference the exact
+    /// Unit vector `v` as the index holds it (the unit vector of its codes): the reference the exact
     /// scan of a small segment must match.
     fn as_stored(v: &[f32]) -> Vec<f32> {
         let mut unit = v.to_vec();
@@ -1351,7 +1223,7 @@ mod tests {
                 .search(&vectors[query_id], 5, &|_| true)
                 .expect("dim ok");
             assert_eq!(hits[0].0, query_id as u64);
-            // Itself, up to half-float rounding (at most 1e-3: see `StoredElement`).
+            // Itself, up to the codes' rounding (a step of 1/127 of the largest value).
             assert!((hits[0].1 - 1.0).abs() < 1e-3, "{}", hits[0].1);
             let ids: Vec<u64> = hits.iter().map(|h| h.0).collect();
             assert_eq!(ids, exact_top(&vectors, &vectors[query_id], 5, &|_| false));
@@ -1705,11 +1577,11 @@ mod tests {
     fn an_index_of_an_older_format_is_rebuilt_from_the_stored_vectors_not_counted_damaged() {
         let vectors = random_vectors(200, 16, 12);
         let dir = sealed_index_dir(&vectors);
-        // What a build with `f32` graphs left: its manifest says format 1.
+        // What a build with half-float graphs left: its manifest says format 2.
         let manifest_path = dir.path().join(persist::MANIFEST_FILE);
         let mut manifest: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
-        manifest["version"] = 1.into();
+        manifest["version"] = 2.into();
         std::fs::write(&manifest_path, manifest.to_string()).unwrap();
 
         let (reopened, mut missing) = reopen(dir.path(), 16, 100, 0..200);
@@ -1730,37 +1602,6 @@ mod tests {
         let (again, missing) = reopen(dir.path(), 16, 100, 0..200);
         assert!(missing.is_empty(), "sealed in the current format");
         insert_missing_and_find_each(&again, &missing, &vectors);
-    }
-
-    #[test]
-    fn half_float_similarity_is_within_rounding_of_the_f32_one() {
-        // Dimensions below, at and past the widening block, and the models' 256 and 384.
-        for dim in [1, 7, 64, 100, 256, 384] {
-            let vectors = random_vectors(50, dim, dim as u64 + 20);
-            for pair in vectors.windows(2) {
-                let exact = 1.0 - dot(&pair[0], &pair[1]);
-                let half = UnitDotDistance.eval(&to_stored(&pair[0]), &to_stored(&pair[1]));
-                assert!(
-                    (half - exact.clamp(0.0, 2.0)).abs() < 1e-3,
-                    "{dim}: {half} vs {exact}"
-                );
-            }
-            let itself = UnitDotDistance.eval(&to_stored(&vectors[0]), &to_stored(&vectors[0]));
-            assert!((0.0..1e-3).contains(&itself), "{dim}: {itself}");
-        }
-    }
-
-    #[test]
-    fn the_vector_kernel_and_the_portable_one_agree_at_every_length() {
-        for len in 0..70 {
-            let a = random_vectors(1, len.max(1), len as u64 + 40).remove(0);
-            let b = random_vectors(1, len.max(1), len as u64 + 140).remove(0);
-            let (a, b) = (to_stored(&a[..len]), to_stored(&b[..len]));
-            let portable = half_dot_portable(&a, &b);
-            let exact: f32 = a.iter().zip(&b).map(|(x, y)| x.to_f32() * y.to_f32()).sum();
-            assert!((half_dot(&a, &b) - exact).abs() < 1e-5, "{len}");
-            assert!((portable - exact).abs() < 1e-5, "{len}");
-        }
     }
 
     #[test]

@@ -15,8 +15,9 @@ use super::segment::{Segment, SegmentGraph};
 use super::DenseError;
 
 pub const MANIFEST_FILE: &str = "manifest.json";
-/// 2: graphs of half floats (1 held `f32`; its segments are rebuilt from the stored vectors).
-pub const MANIFEST_VERSION: u32 = 2;
+/// 3: graphs of int8 codes (2 held half floats, 1 `f32`; their segments are rebuilt from the
+/// stored vectors, once).
+pub const MANIFEST_VERSION: u32 = 3;
 const SEGMENT_PREFIX: &str = "seg-";
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

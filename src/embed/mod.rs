@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 pub use minilm::{ort_environment, MiniLmConfig, MiniLmEmbedder};
-pub use quantized::QuantizedVectors;
+pub use quantized::{quantize_row, QuantizedVectors};
 pub use static_vectors::StaticEmbedder;
 
 /// How sentence vectors are computed from a section.

@@ -18,6 +18,22 @@ pub struct QuantizedVectors {
     codes: Vec<i8>,
 }
 
+/// Appends the int8 codes of `row` to `codes` and returns its scale (value `j` is
+/// `scale * code[j]`): symmetric, the largest component maps to ±127, so 0 stays exact. The
+/// codes do not change when `row` is scaled, so a vector and its unit vector share them (the
+/// dense index's graphs hold these codes: `crate::dense::to_stored`).
+pub fn quantize_row(row: &[f32], codes: &mut Vec<i8>) -> f32 {
+    let max_abs = row.iter().fold(
+        0.0f32,
+        |max, x| if x.is_finite() { max.max(x.abs()) } else { max },
+    );
+    let scale = max_abs / 127.0;
+    let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    // `as i8` saturates, and maps NaN to 0.
+    codes.extend(row.iter().map(|x| (x * inverse).round() as i8));
+    scale
+}
+
 impl QuantizedVectors {
     /// Quantizes every row of `matrix`.
     pub fn from_matrix(matrix: &VectorMatrix) -> Self {
@@ -25,17 +41,7 @@ impl QuantizedVectors {
         let mut scales = Vec::with_capacity(matrix.rows());
         let mut codes = Vec::with_capacity(matrix.values().len());
         for row in matrix.iter_rows() {
-            let max_abs =
-                row.iter().fold(
-                    0.0f32,
-                    |max, x| if x.is_finite() { max.max(x.abs()) } else { max },
-                );
-            // Symmetric scale: the largest component maps to ±127, keeping the code of 0 exact.
-            let scale = max_abs / 127.0;
-            let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-            scales.push(scale);
-            // `as i8` saturates, and maps NaN to 0.
-            codes.extend(row.iter().map(|x| (x * inverse).round() as i8));
+            scales.push(quantize_row(row, &mut codes));
         }
         Self { dim, scales, codes }
     }

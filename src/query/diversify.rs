@@ -7,8 +7,9 @@
 //! where relevance is the score rescaled to 0..1 over the candidates considered. Similarity is the
 //! cosine of the chunks' pooled sentence vectors (the score stage's vectors); a chunk without a
 //! vector (no dense index, or no model) counts as 1 similar to chunks of its own document and 0
-//! to others. Only the best [`MMR_POOL`] candidates are reordered (the work grows with its
-//! square); the rest follow in score order.
+//! to others. Only the best [`MMR_POOL`] candidates are considered, and picks stop once they
+//! fill twice the budget as pack would fill it (each pick compares every candidate left with the one
+//! picked, so the work grows with the pool times the picks); the rest follow in score order.
 //!
 //! A request that leaves `diversity` unset gets MMR only when its query is ambiguous
 //! ([`is_ambiguous`]): selective diversification (Santos, Macdonald and Ounis, 2010). A query
@@ -22,14 +23,18 @@ use crate::index::SectionHit;
 /// How many of the best candidates MMR reorders.
 pub const MMR_POOL: usize = 256;
 
-/// Reorders `candidates` (sorted best first) by MMR with trade-off `diversity` in 0..=1;
-/// `vectors` holds the pooled vector of each of the first candidates (see
-/// [`super::score::chunk_vectors`]). Nothing changes at 0.
+/// Reorders `candidates` (sorted best first) by MMR with trade-off `diversity` in 0..=1 for a
+/// token `budget`: picks stop once they fill twice the budget, each counted where it fits what is
+/// left, as pack counts it, until no candidate would fit (pack takes at most the budget; later
+/// picks could matter only where it skips many picks, e.g. those overlapping spans it took).
+/// `vectors` holds the pooled vector of each of the first candidates
+/// (see [`super::score::chunk_vectors`]). Nothing changes at 0.
 pub fn diversify(
     candidates: &mut [Candidate],
     vectors: &[Option<Vec<f32>>],
     hits: &[SectionHit],
     diversity: f32,
+    budget: u32,
 ) {
     let pool = candidates.len().min(vectors.len()).min(MMR_POOL);
     if diversity <= 0.0 || pool < 2 {
@@ -51,7 +56,15 @@ pub fn diversify(
     let mut closest = vec![f32::NEG_INFINITY; pool];
     let mut taken = vec![false; pool];
     let mut order = Vec::with_capacity(pool);
-    for _ in 0..pool {
+    // Picks fill twice the budget as pack fills the budget (each taken where it fits what is
+    // left), and stop once no candidate of the pool would fit what is left.
+    let smallest = candidates[..pool]
+        .iter()
+        .map(|c| u64::from(c.token_count))
+        .min()
+        .unwrap_or(0);
+    let mut room = 2 * u64::from(budget);
+    while room >= smallest {
         let mut best: Option<(usize, f32)> = None;
         for i in (0..pool).filter(|&i| !taken[i]) {
             let redundancy = closest[i].max(0.0);
@@ -64,10 +77,15 @@ pub fn diversify(
         let Some((chosen, _)) = best else { break };
         taken[chosen] = true;
         order.push(chosen);
+        let tokens = u64::from(candidates[chosen].token_count);
+        if tokens <= room {
+            room -= tokens;
+        }
         for i in (0..pool).filter(|&i| !taken[i]) {
             closest[i] = closest[i].max(similarity(chosen, i));
         }
     }
+    order.extend((0..pool).filter(|&i| !taken[i]));
     let reordered: Vec<Candidate> = order.iter().map(|&i| candidates[i]).collect();
     candidates[..pool].copy_from_slice(&reordered);
 }
@@ -160,10 +178,10 @@ mod tests {
         ];
         let vectors = vec![None; scored.len()];
         let mut off = scored.clone();
-        diversify(&mut off, &vectors, &hits, 0.0);
+        diversify(&mut off, &vectors, &hits, 0.0, u32::MAX);
         assert_eq!(starts(&off), [0, 10, 20, 30]);
         let mut diverse = scored.clone();
-        diversify(&mut diverse, &vectors, &hits, 0.5);
+        diversify(&mut diverse, &vectors, &hits, 0.5, u32::MAX);
         assert_eq!(starts(&diverse), [0, 30, 10, 20]);
     }
 
@@ -217,11 +235,35 @@ mod tests {
             Some(vec![0.0, 1.0]),
         ];
         let mut diverse = scored.clone();
-        diversify(&mut diverse, &vectors, &hits, 0.5);
+        diversify(&mut diverse, &vectors, &hits, 0.5, u32::MAX);
         assert_eq!(starts(&diverse), [0, 20, 10]);
         // A permutation: nothing lost, nothing repeated.
         let mut sorted = starts(&diverse);
         sorted.sort_unstable();
         assert_eq!(sorted, starts(&scored));
+    }
+
+    #[test]
+    fn picks_stop_once_those_that_fit_hold_twice_the_budget() {
+        let hits = vec![hit("a"), hit("b"), hit("c")];
+        let mut scored = vec![
+            candidate(0, 0, 1.0),
+            candidate(0, 10, 0.9),
+            candidate(0, 20, 0.8),
+            candidate(1, 30, 0.5),
+            candidate(2, 40, 0.3),
+        ];
+        let vectors = vec![None; scored.len()];
+        let reordered = |candidates: &[Candidate], budget: u32| {
+            let mut candidates = candidates.to_vec();
+            diversify(&mut candidates, &vectors, &hits, 0.5, budget);
+            starts(&candidates)
+        };
+        assert_eq!(reordered(&scored, u32::MAX), [0, 30, 40, 10, 20]);
+        // Two picks of 3 tokens hold twice a budget of 3: the rest keep score order.
+        assert_eq!(reordered(&scored, 3), [0, 30, 10, 20, 40]);
+        // A pick larger than the budget will not be packed, so it does not count.
+        scored[0].token_count = 50;
+        assert_eq!(reordered(&scored, 3), [0, 30, 40, 10, 20]);
     }
 }

@@ -769,7 +769,7 @@ mod properties {
                 }))
                 .collect();
             let scored = candidates.clone();
-            diversify(&mut candidates, &vectors, &hits, selection.diversity.map_or(0.0, |d| d.0));
+            diversify(&mut candidates, &vectors, &hits, selection.diversity.map_or(0.0, |d| d.0), budget);
             prop_assert_eq!(sorted_by_place(&candidates), sorted_by_place(&scored));
             let packed = pack(&candidates, &hits, &analyses, budget, tokenizer(), &selection, &contexts);
             let retrieved = Retrieved { hits: &hits, analyses: &analyses, documents: &documents };

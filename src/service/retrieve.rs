@@ -351,6 +351,6 @@ fn diversify_if_asked(
         return false;
     }
     let vectors = score::chunk_vectors(candidates, MMR_POOL, hits, query_vector);
-    diversify::diversify(candidates, &vectors, hits, diversity);
+    diversify::diversify(candidates, &vectors, hits, diversity, query.token_budget);
     true
 }
