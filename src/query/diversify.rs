@@ -8,8 +8,9 @@
 //! cosine of the chunks' pooled sentence vectors (the score stage's vectors); a chunk without a
 //! vector (no dense index, or no model) counts as 1 similar to chunks of its own document and 0
 //! to others. Only the best [`MMR_POOL`] candidates are considered, and picks stop once they
-//! fill twice the budget as pack would fill it (each pick compares every candidate left with the one
-//! picked, so the work grows with the pool times the picks); the rest follow in score order.
+//! fill twice the budget as pack would fill it (each pick compares every candidate left with
+//! the one picked, so the work grows with the pool times the picks); the rest follow in score
+//! order.
 //!
 //! A request that leaves `diversity` unset gets MMR only when its query is ambiguous
 //! ([`is_ambiguous`]): selective diversification (Santos, Macdonald and Ounis, 2010). A query
@@ -244,7 +245,7 @@ mod tests {
     }
 
     #[test]
-    fn picks_stop_once_those_that_fit_hold_twice_the_budget() {
+    fn picks_stop_once_they_fill_twice_the_budget_as_pack_would() {
         let hits = vec![hit("a"), hit("b"), hit("c")];
         let mut scored = vec![
             candidate(0, 0, 1.0),
