@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 
 use hnsw_rs::prelude::Distance;
 
-use crate::embed::{dot, l2_normalize, quantize_row};
+use crate::embed::{l2_normalize, quantize_row};
 
 /// One element of a stored vector: an int8 code.
 pub type StoredElement = i8;
@@ -40,17 +40,11 @@ pub fn query_elements(unit: &[f32]) -> &[StoredElement] {
     bytemuck::cast_slice(unit)
 }
 
-/// `1 - cosine`, clamped to [0, 2]: of two unit vectors (`f32`), of two stored vectors, or of a
-/// query (the bytes of its `f32` values) and a stored vector. hnsw_rs's own `DistDot` asserts
+/// `1 - cosine`, clamped to [0, 2]: of two stored vectors, or of a query (the bytes of its `f32`
+/// values) and a stored vector. hnsw_rs's own `DistDot` asserts
 /// `a·b <= 1`, which rounding breaks for a vector compared with itself.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct UnitDotDistance;
-
-impl Distance<f32> for UnitDotDistance {
-    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
-        (1.0 - dot(a, b)).clamp(0.0, 2.0)
-    }
-}
 
 impl Distance<StoredElement> for UnitDotDistance {
     fn eval(&self, a: &[StoredElement], b: &[StoredElement]) -> f32 {
@@ -275,7 +269,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::cosine;
+    use crate::embed::{cosine, dot};
 
     /// Deterministic pseudo-random vectors (xorshift), components in [-1, 1].
     fn vector(dim: usize, mut seed: u64) -> Vec<f32> {
@@ -376,7 +370,7 @@ mod tests {
             let a = to_stored(&vector(len, len as u64 + 40));
             let b = to_stored(&vector(len, len as u64 + 140));
             let query = unit(len, len as u64 + 240);
-            let (dot, norm2) = query_sums(&query, &b);
+            let (query_dot, norm2) = query_sums(&query, &b);
             #[cfg(target_arch = "x86_64")]
             if *HAS_AVX2_FMA {
                 // SAFETY: detected just above.
@@ -386,7 +380,7 @@ mod tests {
                     "{len}"
                 );
                 let (vector_dot, vector_norm2) = unsafe { x86::query_sums(&query, &b) };
-                assert!((vector_dot - dot).abs() < 1e-4, "{len}");
+                assert!((vector_dot - query_dot).abs() < 1e-4, "{len}");
                 assert!(
                     (vector_norm2 - norm2).abs() < 1e-3 * norm2.max(1.0),
                     "{len}"
@@ -395,14 +389,10 @@ mod tests {
             if len > 0 {
                 let want = cosine(&from_stored(&a), &from_stored(&b));
                 assert!((codes_cosine(&a, &b) - want).abs() < 1e-5, "{len}");
-                let want = dot_f32(&query, &from_stored(&b));
+                let want = dot(&query, &from_stored(&b));
                 let got = query_similarity(query_elements(&query), &b);
                 assert!((got - want).abs() < 1e-5, "{len}");
             }
         }
-    }
-
-    fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-        a.iter().zip(b).map(|(x, y)| x * y).sum()
     }
 }
