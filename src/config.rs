@@ -282,7 +282,10 @@ pub struct RetrievalConfig {
 pub struct CacheConfig {
     /// Result cache: whole answers keyed by request and index generation (bytes).
     pub result_bytes: u64,
-    /// Section cache: token offsets and term positions keyed by content hash (bytes).
+    /// Section cache: token offsets and term positions keyed by content hash (bytes). It spares
+    /// a query the analysis of sections that earlier queries analysed: 64 MiB holds those of
+    /// about ten thousand 256-token sections; at a million sections, four times that saved
+    /// 0.1 ms a query for 176 MiB (BENCHMARKS.md, "Smaller caches").
     pub section_bytes: u64,
     /// Query-vector cache: query vectors keyed by model and normalised query text (bytes).
     pub query_vector_bytes: u64,
@@ -385,7 +388,7 @@ impl Default for CacheConfig {
     fn default() -> Self {
         Self {
             result_bytes: 64 << 20,
-            section_bytes: 256 << 20,
+            section_bytes: 64 << 20,
             query_vector_bytes: 16 << 20,
         }
     }

@@ -39,9 +39,13 @@ struct SegmentStore {
     section_keys: Option<Column<u64>>,
 }
 
-/// Decompressed doc-store blocks cached per segment (tantivy's default for its own readers; the
-/// searcher's are built without a cache since stored sections are read only through these).
-const STORE_CACHE_BLOCKS: usize = 100;
+/// Decompressed doc-store blocks (16 KiB each) cached per segment. The searcher's store readers
+/// are built without a cache, since stored sections are read only through these. A query reads
+/// the blocks of its hits, and the sections of one document lie in the same few blocks, so a
+/// handful keeps what a query reads again; tantivy's default of 100 held 23 MB at a million
+/// sections (14 segments) for hits that another query seldom repeats, and grows with every
+/// segment of every collection (BENCHMARKS.md, "Smaller caches").
+const STORE_CACHE_BLOCKS: usize = 8;
 
 impl Snapshot {
     pub fn new(searcher: Searcher, generation: u64) -> Self {
@@ -143,16 +147,23 @@ impl CollectionIndex {
         self.read_found(snapshot, &found)
     }
 
-    /// The sections at `found`, read and verified, in that order, each scored as found.
+    /// The sections at `found`, read and verified, each scored as found, returned in `found`'s
+    /// order. They are read in the order they lie in the doc store, so each block is
+    /// decompressed once for all the sections it holds, however few blocks the store caches.
     pub fn read_found(
         &self,
         snapshot: &Snapshot,
         found: &[FoundSection],
     ) -> Result<Vec<SectionHit>> {
-        found
-            .iter()
-            .map(|section| self.load_hit(snapshot, section.score, section.address))
-            .collect()
+        let mut order: Vec<usize> = (0..found.len()).collect();
+        order.sort_unstable_by_key(|&i| (found[i].address.segment_ord, found[i].address.doc_id));
+        let mut read: Vec<(usize, SectionHit)> = Vec::with_capacity(found.len());
+        for i in order {
+            let section = &found[i];
+            read.push((i, self.load_hit(snapshot, section.score, section.address)?));
+        }
+        read.sort_unstable_by_key(|(i, _)| *i);
+        Ok(read.into_iter().map(|(_, hit)| hit).collect())
     }
 
     /// [`Self::search`] without reading the sections.
@@ -547,6 +558,41 @@ mod tests {
         lowest.truncate(5);
         for answer in &answers {
             assert_eq!(answer, &lowest);
+        }
+    }
+
+    #[test]
+    fn found_sections_come_back_in_the_order_asked_whatever_their_order_in_the_store() {
+        // Three commits, so three segments; read_found reads in store order, and must still
+        // return each section at the place the caller put it.
+        let data_dir = tempfile::tempdir().unwrap();
+        let index = open(&data_dir.path().join("index")).unwrap();
+        for commit in 0..3 {
+            let ops = (0..2)
+                .map(|i| {
+                    let n = commit * 2 + i;
+                    let text = format!("harbour {}boats", "harbour ".repeat(n));
+                    WriteOp::Upsert(record(&format!("doc{n}"), &text))
+                })
+                .collect();
+            write_and_wait(&index, ops);
+        }
+        let snapshot = index.snapshot();
+        let terms = index.query_terms("harbour");
+        let mut found = index
+            .find(&snapshot, &terms, &Filter::default(), 10)
+            .unwrap();
+        assert_eq!(found.len(), 6);
+        // Neither score order nor store order.
+        found.swap(0, 3);
+        found.swap(1, 5);
+        let hits = index.read_found(&snapshot, &found).unwrap();
+        let asked: Vec<(u64, f32)> = found.iter().map(|f| (f.section_key, f.score)).collect();
+        let read: Vec<(u64, f32)> = hits.iter().map(|h| (h.section_key, h.score)).collect();
+        assert_eq!(read, asked);
+        for hit in &hits {
+            let n: usize = hit.doc_id["doc".len()..].parse().unwrap();
+            assert_eq!(hit.text.matches("harbour").count(), n + 1);
         }
     }
 
