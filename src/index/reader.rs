@@ -41,10 +41,10 @@ struct SegmentStore {
 
 /// Decompressed doc-store blocks (16 KiB each) cached per segment. The searcher's store readers
 /// are built without a cache, since stored sections are read only through these. A query reads
-/// the blocks of its hits, and the sections of one document lie in the same few blocks, so a
-/// handful keeps what a query reads again; tantivy's default of 100 held 23 MB at a million
-/// sections (14 segments) for hits that another query seldom repeats, and grows with every
-/// segment of every collection (BENCHMARKS.md, "Smaller caches").
+/// its hits in store order ([`CollectionIndex::read_found`]), so it decompresses each block
+/// once whatever this keeps; what it keeps serves the next queries. tantivy's default of 100
+/// held 23 MB at a million sections (14 segments), for blocks that another query seldom reads,
+/// and grows with every segment of every collection (BENCHMARKS.md, "Smaller caches").
 const STORE_CACHE_BLOCKS: usize = 8;
 
 impl Snapshot {
