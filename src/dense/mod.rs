@@ -248,12 +248,15 @@ struct AtomicCounters {
     merges: AtomicU64,
 }
 
-/// Where a live key's vector is.
+/// Where a key's vector is: a segment and a slot in it.
 type Location = (Arc<Segment>, usize);
 
 /// What only the writer side (inserts, deletes, seals, merge swaps) reads and changes.
 struct WriterSide {
-    locations: HashMap<u64, Location>,
+    /// The slot in the live segment of each key written there since it was made, the newest
+    /// copy's. A sealed segment finds a key's slot by its own key order
+    /// ([`Segment::live_slot_of`]), so no map of every key is kept.
+    live_slots: HashMap<u64, usize>,
     next_segment_id: u64,
     /// What `manifest.json` lists now.
     manifest: Manifest,
@@ -301,7 +304,7 @@ impl DenseIndex {
             config,
             None,
             Vec::new(),
-            HashMap::new(),
+            0,
             Manifest::default(),
             0,
         ))
@@ -345,12 +348,12 @@ impl DenseIndex {
         config: DenseIndexConfig,
         dir: Option<PathBuf>,
         mut segments: Vec<Arc<Segment>>,
-        locations: HashMap<u64, Location>,
+        live_keys: usize,
         manifest: Manifest,
         next_segment_id: u64,
     ) -> Self {
         let mut writer = WriterSide {
-            locations,
+            live_slots: HashMap::new(),
             next_segment_id,
             manifest,
         };
@@ -359,7 +362,7 @@ impl DenseIndex {
             &config,
             config.seal_vectors,
         )));
-        let live_keys = AtomicUsize::new(writer.locations.len());
+        let live_keys = AtomicUsize::new(live_keys);
         Self {
             config,
             dir,
@@ -385,15 +388,32 @@ impl DenseIndex {
     }
 
     pub fn contains(&self, id: u64) -> bool {
-        self.writer_side().locations.contains_key(&id)
+        let writer = self.writer_side();
+        locate(&self.segments(), &writer, id).is_some()
     }
 
-    /// How many of `ids` are live (one lock for all of them).
+    /// How many of `ids` are live (one lock for all of them): both sides sorted and walked
+    /// together, rather than a search of every segment for each id.
     pub fn count_contained(&self, ids: impl IntoIterator<Item = u64>) -> u64 {
-        let writer = self.writer_side();
-        ids.into_iter()
-            .filter(|id| writer.locations.contains_key(id))
-            .count() as u64
+        let mut ids: Vec<u64> = ids.into_iter().collect();
+        ids.sort_unstable();
+        let mut live: Vec<u64> = {
+            let _writer = self.writer_side();
+            self.segments()
+                .iter()
+                .flat_map(|segment| segment.live_keys())
+                .collect()
+        };
+        live.sort_unstable();
+        let mut live = live.into_iter().peekable();
+        let mut count = 0;
+        for id in ids {
+            while live.next_if(|&key| key < id).is_some() {}
+            if live.peek() == Some(&id) {
+                count += 1;
+            }
+        }
+        count
     }
 
     pub fn counters(&self) -> DenseCounters {
@@ -473,8 +493,9 @@ impl DenseIndex {
             } else {
                 live.graph.parallel_insert_slice(&graph_batch);
             }
+            let segments = self.segments();
             for (offset, key) in keys.iter().enumerate() {
-                self.publish(&mut writer, &live, first + offset, *key);
+                self.publish(&mut writer, &segments, first + offset, *key);
             }
             start = end;
         }
@@ -491,9 +512,10 @@ impl DenseIndex {
     /// Tombstones `id`; returns whether it was live.
     pub fn delete(&self, id: u64) -> bool {
         let mut writer = self.writer_side();
-        match writer.locations.remove(&id) {
+        match locate(&self.segments(), &writer, id) {
             Some((segment, slot)) => {
                 segment.set_dead(slot);
+                writer.live_slots.remove(&id);
                 self.live_keys.fetch_sub(1, Ordering::AcqRel);
                 true
             }
@@ -657,7 +679,7 @@ impl DenseIndex {
         let entry = self.dump_merged_segment(&merged);
         let merged = self.read_back(merged, entry.as_ref());
         let mut writer = self.writer_side();
-        move_unchanged_keys(&mut writer, &sources, &merged);
+        move_unchanged_keys(&sources, &merged);
         let removed_entries = self.list_merged_in_manifest(&mut writer, ids, &merged, entry);
         self.replace_segments(|segments| {
             let position = segments
@@ -696,6 +718,7 @@ impl DenseIndex {
         let merged = Arc::new(Segment::empty(id, &self.config, sources.len()));
         let keys: Vec<u64> = sources.iter().map(|(key, _)| *key).collect();
         merged.reserve(&keys);
+        merged.order_keys();
         let batch: Vec<(&[StoredElement], usize)> = vectors
             .iter()
             .enumerate()
@@ -798,6 +821,8 @@ impl DenseIndex {
     fn seal_locked(&self, writer: &mut MutexGuard<'_, WriterSide>) {
         let live = self.live_segment();
         if live.reserved() > 0 {
+            live.order_keys();
+            writer.live_slots.clear();
             let fresh = Arc::new(Segment::empty(
                 writer.next_id(),
                 &self.config,
@@ -864,10 +889,15 @@ impl DenseIndex {
         }
     }
 
-    /// Makes `slot` of `segment` the live copy of `key`, tombstoning the one before.
-    fn publish(&self, writer: &mut WriterSide, segment: &Arc<Segment>, slot: usize, key: u64) {
-        segment.set_live(slot);
-        match writer.locations.insert(key, (Arc::clone(segment), slot)) {
+    /// Makes `slot` of the live segment (the last of `segments`, the list now) the live copy
+    /// of `key`, tombstoning the one before.
+    fn publish(&self, writer: &mut WriterSide, segments: &[Arc<Segment>], slot: usize, key: u64) {
+        let previous = locate(segments, writer, key);
+        if let Some(live) = segments.last() {
+            live.set_live(slot);
+        }
+        writer.live_slots.insert(key, slot);
+        match previous {
             Some((previous, previous_slot)) => previous.set_dead(previous_slot),
             None => {
                 self.live_keys.fetch_add(1, Ordering::AcqRel);
@@ -1009,19 +1039,14 @@ impl LoadedIndex {
             manifest_damaged,
             took: _,
         } = self;
-        let locations = mark_live_keys(&loaded.segments, live_keys);
-        let missing: Vec<u64> = live_keys
-            .iter()
-            .filter(|key| !locations.contains_key(key))
-            .copied()
-            .collect();
+        let (located, missing) = mark_live_keys(&loaded.segments, live_keys);
         let loaded_count = loaded.segments.len() as u64;
         let damaged = manifest_damaged + loaded.damaged;
         let index = DenseIndex::assemble(
             config,
             Some(dir),
             loaded.segments,
-            locations,
+            located,
             loaded.kept,
             loaded.next_segment_id,
         );
@@ -1108,20 +1133,44 @@ fn load_listed_segments(
     loaded
 }
 
-/// Marks live the slot of each key in `live_keys` and returns where each lives.
-fn mark_live_keys(segments: &[Arc<Segment>], live_keys: &HashSet<u64>) -> HashMap<u64, Location> {
+/// Marks live the slot of each key in `live_keys`; returns how many were found and the keys
+/// found in no segment.
+fn mark_live_keys(segments: &[Arc<Segment>], live_keys: &HashSet<u64>) -> (usize, Vec<u64>) {
     // Newest first: a key stored twice (written again after a seal) takes its newest vector.
-    let mut locations: HashMap<u64, Location> = HashMap::with_capacity(live_keys.len());
+    let mut located: HashSet<u64> = HashSet::with_capacity(live_keys.len());
     for segment in segments.iter().rev() {
         for slot in (0..segment.reserved()).rev() {
             let key = segment.key(slot);
-            if live_keys.contains(&key) && !locations.contains_key(&key) {
+            if live_keys.contains(&key) && located.insert(key) {
                 segment.set_live(slot);
-                locations.insert(key, (Arc::clone(segment), slot));
             }
         }
     }
-    locations
+    let missing = live_keys
+        .iter()
+        .filter(|key| !located.contains(key))
+        .copied()
+        .collect();
+    (located.len(), missing)
+}
+
+/// Where `key`'s live copy is, among `segments` (the list now, the live segment last).
+fn locate<'s>(
+    segments: &'s [Arc<Segment>],
+    writer: &WriterSide,
+    key: u64,
+) -> Option<(&'s Arc<Segment>, usize)> {
+    let (live, sealed) = segments.split_last()?;
+    if let Some(&slot) = writer.live_slots.get(&key) {
+        if live.is_live(slot) {
+            return Some((live, slot));
+        }
+    }
+    // At most one slot of the index holds a key live, so the order of the search is free.
+    sealed
+        .iter()
+        .rev()
+        .find_map(|segment| Some((segment, segment.live_slot_of(key)?)))
 }
 
 /// The live vectors of the `chosen` segments, each with its key and where it was read.
@@ -1137,23 +1186,15 @@ fn read_live_vectors(chosen: &[Arc<Segment>]) -> (Vec<(u64, Location)>, Vec<Vec<
     (sources, vectors)
 }
 
-/// Moves to `merged` each key that still lives where the merge read it; a key deleted or
-/// written again meanwhile stays dead in `merged`.
-fn move_unchanged_keys(
-    writer: &mut WriterSide,
-    sources: &[(u64, Location)],
-    merged: &Arc<Segment>,
-) {
-    for (slot, (key, (source, source_slot))) in sources.iter().enumerate() {
-        let unchanged = writer
-            .locations
-            .get(key)
-            .is_some_and(|(segment, at)| Arc::ptr_eq(segment, source) && at == source_slot);
-        if unchanged {
-            merged.set_live(slot);
+/// Makes live in `merged` each key that still lives where the merge read it; a key deleted or
+/// written again meanwhile (its sealed source slot dead) stays dead in `merged`. Call under the
+/// writer lock, with the swap that drops the sources from the list.
+fn move_unchanged_keys(sources: &[(u64, Location)], merged: &Segment) {
+    for (slot, (_, (source, source_slot))) in sources.iter().enumerate() {
+        if source.is_live(*source_slot) {
             // The source slot stays live until the list swap drops its segment, so the key
             // never goes missing from searches (they keep the best of two copies).
-            writer.locations.insert(*key, (Arc::clone(merged), slot));
+            merged.set_live(slot);
         }
     }
 }
@@ -1367,6 +1408,100 @@ mod tests {
         let mut config = DenseIndexConfig::new(dim);
         config.seal_vectors = seal;
         DenseIndex::open(dir, config, &live.collect()).expect("opens")
+    }
+
+    /// Every key live exactly once, wherever its copies are: random writes, deletes, seals and
+    /// merges against a model of the live set (keys from a small range, so most writes replace
+    /// a key in a sealed segment, in the live one, or one written twice in a batch).
+    #[test]
+    fn each_live_key_is_found_once_through_writes_deletes_seals_merges_and_a_reopen() {
+        const KEYS: u64 = 60;
+        let dim = 8;
+        let vectors = random_vectors(KEYS as usize * 8, dim, 23);
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = DenseIndexConfig::new(dim);
+        config.seal_vectors = 7;
+        let (index, _) = DenseIndex::open(dir.path(), config, &HashSet::new()).unwrap();
+        let mut model: HashMap<u64, usize> = HashMap::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |bound: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % bound
+        };
+        let check = |index: &DenseIndex, model: &HashMap<u64, usize>, step: usize| {
+            assert_eq!(index.len(), model.len(), "step {step}");
+            let live_slots: usize = index.segments().iter().map(|s| s.live_count()).sum();
+            assert_eq!(live_slots, model.len(), "one live slot a key, step {step}");
+            for key in 0..KEYS {
+                assert_eq!(
+                    index.contains(key),
+                    model.contains_key(&key),
+                    "{key}, step {step}"
+                );
+            }
+            assert_eq!(index.count_contained(0..KEYS * 2), model.len() as u64);
+            assert_eq!(
+                index.count_contained([3, 3, 3]),
+                3 * u64::from(model.contains_key(&3))
+            );
+            for (&key, &vector) in model {
+                let hits = index.search(&vectors[vector], 1, &|_| true).unwrap();
+                assert_eq!(hits[0].0, key, "step {step}");
+            }
+        };
+        for step in 0..400 {
+            match next(10) {
+                0..=4 => {
+                    // Key k takes one of the vectors 8k..8k+8: distinct across keys.
+                    let batch: Vec<(u64, usize)> = (0..1 + next(9))
+                        .map(|_| {
+                            let key = next(KEYS);
+                            (key, (key * 8 + next(8)) as usize)
+                        })
+                        .collect();
+                    index
+                        .insert_many(batch.iter().map(|&(key, v)| (key, vectors[v].as_slice())))
+                        .unwrap();
+                    model.extend(batch);
+                }
+                5..=7 => {
+                    let key = next(KEYS);
+                    assert_eq!(
+                        index.delete(key),
+                        model.remove(&key).is_some(),
+                        "step {step}"
+                    );
+                }
+                8 => index.seal(),
+                _ => {
+                    if let Some(ids) = index.segments_to_merge() {
+                        assert!(index.try_start_merge());
+                        index.merge_segments(&ids).unwrap();
+                    }
+                }
+            }
+            check(&index, &model, step);
+        }
+        let counters = index.counters();
+        assert!(counters.seals > 20 && counters.merges > 5, "{counters:?}");
+        index.compact().unwrap();
+        assert_eq!(index.len(), model.len());
+        index.seal();
+        drop(index);
+        let live: HashSet<u64> = model.keys().copied().collect();
+        let (reopened, missing) = reopen(dir.path(), dim, 7, live.iter().copied());
+        assert!(missing.is_empty());
+        assert_eq!(reopened.len(), model.len());
+        for key in 0..KEYS {
+            assert_eq!(reopened.contains(key), model.contains_key(&key), "{key}");
+        }
+        // A key deleted after the reopen is found through the loaded segment's key order.
+        let key = *model.keys().next().unwrap();
+        assert!(reopened.delete(key));
+        assert!(!reopened.contains(key));
+        assert_eq!(reopened.len(), model.len() - 1);
     }
 
     #[test]
@@ -1836,12 +1971,18 @@ mod tests {
             index
                 .insert_many((400..600).map(|id| (id as u64, vectors[id].as_slice())))
                 .expect("inserts");
+            // Written again: the copy the merge read must stay dead in the merged segment.
+            for id in (0..400u64).filter(|id| id % 8 == 3) {
+                index.insert(id, &vectors[id as usize]).expect("inserts");
+            }
         };
         index
             .merge_segments_inner(&chosen, &during)
             .expect("merges");
         let live = |id: u64| id >= 400 || id % 4 == 3;
         assert_eq!(index.len(), (0..600u64).filter(|id| live(*id)).count());
+        let live_slots: usize = index.segments().iter().map(|s| s.live_count()).sum();
+        assert_eq!(live_slots, index.len(), "one live slot a key");
         for (id, query) in vectors.iter().enumerate() {
             let hits = index.search(query, 10, &|_| true).expect("ok");
             assert!(hits.iter().all(|(hit, _)| live(*hit)), "{hits:?}");

@@ -5,6 +5,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use half::f16;
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+use memmap2::{Advice, Mmap};
 use safetensors::{Dtype, SafeTensors};
 use tokenizers::Tokenizer;
 
@@ -17,8 +19,9 @@ use super::{
 /// Name of the embedding table inside the wordllama safetensors file.
 const EMBEDDING_TENSOR_NAME: &str = "embedding.weight";
 
-/// Mean-of-token-rows embedder over a float16 table (kept as f32 in memory: 32 000 × 256 × 4 B =
-/// 33 MB, traded for not converting halves in the hot loop).
+/// Mean-of-token-rows embedder over a float16 table, read in place from the memory-mapped model
+/// file: only the rows of the tokens met are paged in (a query's few), and the kernel may drop
+/// them again. Held as f32 in the heap it was 33 MB (32 000 × 256 × 4 B).
 pub struct StaticEmbedder {
     tokenizer: Tokenizer,
     /// The same ids, one word at a time and remembered, when the tokenizer allows it (see
@@ -26,7 +29,26 @@ pub struct StaticEmbedder {
     chunked: Option<ChunkedBpe>,
     dim: usize,
     /// Row-major `vocabulary × dim`.
-    table: Vec<f32>,
+    table: Halves,
+}
+
+/// The embedding table's halves: mapped from the model file where they lie aligned in it (as
+/// they do in wordllama's), else copied out of it.
+enum Halves {
+    Mapped { map: Mmap, bytes: Range<usize> },
+    Owned(Vec<f16>),
+}
+
+impl Halves {
+    fn as_slice(&self) -> &[f16] {
+        match self {
+            // Checked aligned (and the host little-endian) when the map was kept.
+            Self::Mapped { map, bytes } => {
+                bytemuck::cast_slice::<u8, u16>(&map[bytes.clone()]).reinterpret_cast()
+            }
+            Self::Owned(halves) => halves,
+        }
+    }
 }
 
 impl std::fmt::Debug for StaticEmbedder {
@@ -53,10 +75,16 @@ impl StaticEmbedder {
             path: PathBuf::from(weights_path),
             message,
         };
-        let bytes =
-            std::fs::read(weights_path).map_err(|error| weights_error(error.to_string()))?;
+        let file =
+            std::fs::File::open(weights_path).map_err(|error| weights_error(error.to_string()))?;
+        // SAFETY: model files are not written in place while a server runs: they are replaced
+        // by a rename (`scripts/fetch-models.sh`), which leaves this mapping on the old file.
+        let map = unsafe { Mmap::map(&file) }.map_err(|error| weights_error(error.to_string()))?;
+        // Queries read a few scattered rows: no read-ahead around them.
+        map.advise(Advice::Random)
+            .map_err(|error| weights_error(error.to_string()))?;
         let tensors =
-            SafeTensors::deserialize(&bytes).map_err(|error| weights_error(error.to_string()))?;
+            SafeTensors::deserialize(&map).map_err(|error| weights_error(error.to_string()))?;
         let tensor = tensors
             .tensor(EMBEDDING_TENSOR_NAME)
             .map_err(|error| weights_error(error.to_string()))?;
@@ -68,30 +96,42 @@ impl StaticEmbedder {
                 )))
             }
         };
-        let table: Vec<f32> = match tensor.dtype() {
-            Dtype::F16 => tensor
-                .data()
-                .chunks_exact(2)
-                .map(|half_bytes| f16::from_le_bytes([half_bytes[0], half_bytes[1]]).to_f32())
-                .collect(),
-            Dtype::F32 => tensor
-                .data()
-                .chunks_exact(4)
-                .map(|bytes| f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
-                .collect(),
+        let data = tensor.data();
+        let (values, copied) = match tensor.dtype() {
+            Dtype::F16 => (data.len() / 2, None),
+            // Kept as halves too: a mean of rows, normalised, needs no more precision.
+            Dtype::F32 => {
+                let halves: Vec<f16> = data
+                    .chunks_exact(4)
+                    .map(|b| f16::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                    .collect();
+                (halves.len(), Some(halves))
+            }
             other => {
                 return Err(weights_error(format!(
                     "`{EMBEDDING_TENSOR_NAME}` has dtype {other:?}, expected F16 or F32"
                 )))
             }
         };
-        if table.len() != vocabulary * dim {
+        if values != vocabulary * dim {
             return Err(weights_error(format!(
-                "`{EMBEDDING_TENSOR_NAME}` holds {} values, expected {}",
-                table.len(),
+                "`{EMBEDDING_TENSOR_NAME}` holds {values} values, expected {}",
                 vocabulary * dim
             )));
         }
+        let offset = data.as_ptr() as usize - map.as_ptr() as usize;
+        let bytes = offset..offset + data.len();
+        let table = match copied {
+            Some(halves) => Halves::Owned(halves),
+            None if offset.is_multiple_of(2) && cfg!(target_endian = "little") => {
+                Halves::Mapped { map, bytes }
+            }
+            None => Halves::Owned(
+                data.chunks_exact(2)
+                    .map(|b| f16::from_le_bytes([b[0], b[1]]))
+                    .collect(),
+            ),
+        };
 
         let tokenizer = open_unpadded_tokenizer(tokenizer_path)?;
         let chunked = ChunkedBpe::for_tokenizer(&tokenizer, tokenizer_path);
@@ -104,7 +144,7 @@ impl StaticEmbedder {
     }
 
     pub fn vocabulary_len(&self) -> usize {
-        self.table.len() / self.dim
+        self.table.as_slice().len() / self.dim
     }
 
     /// The token ids of `text`, tokenized in bounded calls (one call over a megabyte section
@@ -136,13 +176,17 @@ impl StaticEmbedder {
     /// Writes the normalised mean of `text`'s token rows into `out` (zeros when it has no token).
     fn embed_into(&self, text: &str, out: &mut [f32]) -> Result<(), EmbedError> {
         out.fill(0.0);
+        let table = self.table.as_slice();
+        let mut widened = vec![0.0f32; self.dim];
         for &id in &self.token_ids(text)? {
             let start = id as usize * self.dim;
             // An id past the table (a tokenizer/table mismatch) is skipped rather than trusted.
-            let Some(row) = self.table.get(start..start + self.dim) else {
+            let Some(row) = table.get(start..start + self.dim) else {
                 continue;
             };
-            out.iter_mut().zip(row).for_each(|(sum, x)| *sum += x);
+            // Eight halves an instruction where the CPU converts them (F16C, detected at run time).
+            row.convert_to_f32_slice(&mut widened);
+            out.iter_mut().zip(&widened).for_each(|(sum, x)| *sum += x);
         }
         l2_normalize(out);
         Ok(())
@@ -181,6 +225,32 @@ impl Embedder for StaticEmbedder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_is_read_in_place_and_gives_the_rows_the_file_holds() {
+        let models_dir = crate::tokenizer::tests::models_dir();
+        let embedder = StaticEmbedder::from_models_dir(&models_dir).unwrap();
+        assert!(matches!(embedder.table, Halves::Mapped { .. }));
+        // The reference: the file read whole, each half widened on its own.
+        let bytes =
+            std::fs::read(models_dir.join("wordllama/l2_supercat_256.safetensors")).unwrap();
+        let tensors = SafeTensors::deserialize(&bytes).unwrap();
+        let data = tensors.tensor(EMBEDDING_TENSOR_NAME).unwrap().data();
+        let dim = embedder.dim;
+        assert_eq!(embedder.vocabulary_len() * dim * 2, data.len());
+        let text = "The lathe turns; a gouge cuts naïve shavings.";
+        let mut expected = vec![0.0f32; dim];
+        let ids = embedder.token_ids(text).unwrap();
+        assert!(ids.len() > 5);
+        for id in ids {
+            for (j, sum) in expected.iter_mut().enumerate() {
+                let at = (id as usize * dim + j) * 2;
+                *sum += f16::from_le_bytes([data[at], data[at + 1]]).to_f32();
+            }
+        }
+        l2_normalize(&mut expected);
+        assert_eq!(embedder.embed_texts(&[text]).unwrap().row(0), &expected[..]);
+    }
 
     #[test]
     fn the_chunked_path_gives_the_ids_of_bounded_calls_on_long_texts() {
