@@ -97,38 +97,37 @@ impl StaticEmbedder {
             }
         };
         let data = tensor.data();
-        let (values, copied) = match tensor.dtype() {
-            Dtype::F16 => (data.len() / 2, None),
-            // Kept as halves too: a mean of rows, normalised, needs no more precision.
-            Dtype::F32 => {
-                let halves: Vec<f16> = data
-                    .chunks_exact(4)
-                    .map(|b| f16::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-                    .collect();
-                (halves.len(), Some(halves))
-            }
+        let width = match tensor.dtype() {
+            Dtype::F16 => 2,
+            Dtype::F32 => 4,
             other => {
                 return Err(weights_error(format!(
                     "`{EMBEDDING_TENSOR_NAME}` has dtype {other:?}, expected F16 or F32"
                 )))
             }
         };
-        if values != vocabulary * dim {
+        if data.len() != vocabulary * dim * width {
             return Err(weights_error(format!(
-                "`{EMBEDDING_TENSOR_NAME}` holds {values} values, expected {}",
-                vocabulary * dim
+                "`{EMBEDDING_TENSOR_NAME}` holds {} bytes, expected {}",
+                data.len(),
+                vocabulary * dim * width
             )));
         }
         let offset = data.as_ptr() as usize - map.as_ptr() as usize;
-        let bytes = offset..offset + data.len();
-        let table = match copied {
-            Some(halves) => Halves::Owned(halves),
-            None if offset.is_multiple_of(2) && cfg!(target_endian = "little") => {
-                Halves::Mapped { map, bytes }
-            }
-            None => Halves::Owned(
+        let table = match width {
+            2 if offset.is_multiple_of(2) && cfg!(target_endian = "little") => Halves::Mapped {
+                bytes: offset..offset + data.len(),
+                map,
+            },
+            2 => Halves::Owned(
                 data.chunks_exact(2)
                     .map(|b| f16::from_le_bytes([b[0], b[1]]))
+                    .collect(),
+            ),
+            // Kept as halves too: a mean of rows, normalised, needs no more precision.
+            _ => Halves::Owned(
+                data.chunks_exact(4)
+                    .map(|b| f16::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
                     .collect(),
             ),
         };
@@ -173,11 +172,16 @@ impl StaticEmbedder {
         }
     }
 
-    /// Writes the normalised mean of `text`'s token rows into `out` (zeros when it has no token).
-    fn embed_into(&self, text: &str, out: &mut [f32]) -> Result<(), EmbedError> {
+    /// Writes the normalised mean of `text`'s token rows into `out` (zeros when it has no token);
+    /// `widened` (`dim` long) takes each row as `f32`.
+    fn embed_into(
+        &self,
+        text: &str,
+        out: &mut [f32],
+        widened: &mut [f32],
+    ) -> Result<(), EmbedError> {
         out.fill(0.0);
         let table = self.table.as_slice();
-        let mut widened = vec![0.0f32; self.dim];
         for &id in &self.token_ids(text)? {
             let start = id as usize * self.dim;
             // An id past the table (a tokenizer/table mismatch) is skipped rather than trusted.
@@ -185,8 +189,8 @@ impl StaticEmbedder {
                 continue;
             };
             // Eight halves an instruction where the CPU converts them (F16C, detected at run time).
-            row.convert_to_f32_slice(&mut widened);
-            out.iter_mut().zip(&widened).for_each(|(sum, x)| *sum += x);
+            row.convert_to_f32_slice(widened);
+            out.iter_mut().zip(&*widened).for_each(|(sum, x)| *sum += x);
         }
         l2_normalize(out);
         Ok(())
@@ -200,8 +204,9 @@ impl Embedder for StaticEmbedder {
 
     fn embed_texts(&self, texts: &[&str]) -> Result<VectorMatrix, EmbedError> {
         let mut matrix = VectorMatrix::zeros(self.dim, texts.len());
+        let mut widened = vec![0.0; self.dim];
         for (row, text) in texts.iter().enumerate() {
-            self.embed_into(text, matrix.row_mut(row))?;
+            self.embed_into(text, matrix.row_mut(row), &mut widened)?;
         }
         Ok(matrix)
     }
@@ -215,8 +220,13 @@ impl Embedder for StaticEmbedder {
     ) -> Result<VectorMatrix, EmbedError> {
         validate_sentence_ranges(section_text, sentences)?;
         let mut matrix = VectorMatrix::zeros(self.dim, sentences.len());
+        let mut widened = vec![0.0; self.dim];
         for (row, range) in sentences.iter().enumerate() {
-            self.embed_into(&section_text[range.clone()], matrix.row_mut(row))?;
+            self.embed_into(
+                &section_text[range.clone()],
+                matrix.row_mut(row),
+                &mut widened,
+            )?;
         }
         Ok(matrix)
     }
