@@ -471,7 +471,10 @@ impl DenseIndex {
         let mut writer = self.writer_side();
         let mut start = 0;
         while start < units.len() {
-            let live = self.live_segment();
+            // One list for the batch: its last segment takes the slots, and `publish` finds
+            // the copies the batch replaces in the same list.
+            let segments = self.segments();
+            let live = &segments[segments.len() - 1];
             if live.free() == 0 {
                 self.seal_locked(&mut writer);
                 continue;
@@ -493,7 +496,6 @@ impl DenseIndex {
             } else {
                 live.graph.parallel_insert_slice(&graph_batch);
             }
-            let segments = self.segments();
             for (offset, key) in keys.iter().enumerate() {
                 self.publish(&mut writer, &segments, first + offset, *key);
             }
