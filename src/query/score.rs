@@ -49,6 +49,60 @@ pub fn score(
     });
 }
 
+/// The target of the trace event that lists a query's scored candidates ([`trace_candidates`]).
+pub const CANDIDATES_TARGET: &str = "lathe::candidates";
+
+/// One scored candidate as [`trace_candidates`] writes it: its document, its byte range in the
+/// document, its budget tokens, its section's rank in the coarse stage, its score and the raw
+/// signals the score was fused from.
+#[derive(serde::Serialize)]
+struct TracedCandidate<'a> {
+    doc_id: &'a str,
+    start: u64,
+    end: u64,
+    tokens: u32,
+    section_rank: u32,
+    score: f32,
+    bm25: f32,
+    section: f32,
+    dense: f32,
+}
+
+/// Emits, at TRACE level under [`CANDIDATES_TARGET`], `candidates` in the order the pack stage
+/// reads them, as a JSON array: what is needed to replay the pack with another fusion of the
+/// same signals offline (`scripts/eval-pack-replay.py`). Nothing is built unless that target
+/// is enabled (`log.filter = "info,lathe::candidates=trace"`).
+pub fn trace_candidates(
+    query: &str,
+    budget: u32,
+    diversified: bool,
+    candidates: &[Candidate],
+    hits: &[SectionHit],
+) {
+    if !tracing::enabled!(target: CANDIDATES_TARGET, tracing::Level::TRACE) {
+        return;
+    }
+    let traced: Vec<TracedCandidate> = candidates
+        .iter()
+        .map(|candidate| {
+            let hit = &hits[candidate.hit_index as usize];
+            TracedCandidate {
+                doc_id: &hit.doc_id,
+                start: hit.byte_start + u64::from(candidate.start),
+                end: hit.byte_start + u64::from(candidate.end),
+                tokens: candidate.token_count,
+                section_rank: candidate.hit_index,
+                score: candidate.score,
+                bm25: candidate.parts.bm25,
+                section: candidate.parts.section,
+                dense: candidate.parts.dense,
+            }
+        })
+        .collect();
+    let candidates = serde_json::to_string(&traced).unwrap_or_default();
+    tracing::trace!(target: CANDIDATES_TARGET, query, budget, diversified, %candidates);
+}
+
 /// Each candidate's BM25 over its own text (idf over the candidates: [`candidate_idf`]), its
 /// section's coarse score relative to the best section's, and its cosine to the query vector (0
 /// without one).
@@ -393,5 +447,99 @@ mod tests {
             assert!((got - expected(n)).abs() < 1e-6, "{idf:?}");
         }
         assert!(idf[0] < idf[1] && idf[1] < idf[2]);
+    }
+
+    /// A `Write` into a buffer the test reads back: where the JSON log lines go.
+    #[derive(Clone, Default)]
+    struct Written(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Written {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The JSON log lines `trace_candidates` writes under a subscriber at `level`.
+    fn traced_lines(
+        level: tracing::Level,
+        candidates: &[Candidate],
+        hits: &[SectionHit],
+    ) -> Vec<serde_json::Value> {
+        let written = Written::default();
+        let writer = written.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_max_level(level)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            trace_candidates("the query", 64, false, candidates, hits)
+        });
+        let bytes = written.0.lock().unwrap().clone();
+        String::from_utf8(bytes)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn traced_candidates_hold_their_document_ranges_in_pack_order_and_only_when_asked_for() {
+        // Two sections of one document: the second starts at byte 40 of it.
+        let document = "Cats sleep a lot. Dogs bark at night.\n\nThe quarterly revenue grew.";
+        let second = document.find("The").unwrap();
+        let hits = vec![hit(1.0, &document[..37]), {
+            let mut later = hit(2.0, &document[second..]);
+            later.byte_start = second as u64;
+            later
+        }];
+        let analyses = vec![analysis(&hits[0].text), analysis(&hits[1].text)];
+        let mut candidates = vec![
+            candidate(0, 0, 17),
+            candidate(0, 18, 37),
+            candidate(1, 0, 27),
+        ];
+        let query = QueryTerms {
+            hashes: vec![term_hash("revenu")],
+        };
+        score(&mut candidates, &hits, &analyses, &query, None, WEIGHTS);
+
+        let lines = traced_lines(tracing::Level::TRACE, &candidates, &hits);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let fields = &lines[0]["fields"];
+        assert_eq!(lines[0]["target"], CANDIDATES_TARGET);
+        assert_eq!(fields["query"], "the query");
+        assert_eq!(fields["budget"], 64);
+        let traced: Vec<serde_json::Value> =
+            serde_json::from_str(fields["candidates"].as_str().unwrap()).unwrap();
+        assert_eq!(traced.len(), candidates.len());
+        for (traced, candidate) in traced.iter().zip(&candidates) {
+            let hit = &hits[candidate.hit_index as usize];
+            let (start, end) = (
+                traced["start"].as_u64().unwrap() as usize,
+                traced["end"].as_u64().unwrap() as usize,
+            );
+            assert_eq!(
+                &document[start..end],
+                &hit.text[candidate.start as usize..candidate.end as usize],
+                "a traced range is the chunk's range in its document"
+            );
+            assert_eq!(traced["section_rank"], candidate.hit_index);
+            assert_eq!(traced["score"].as_f64().unwrap() as f32, candidate.score);
+            assert_eq!(
+                traced["bm25"].as_f64().unwrap() as f32,
+                candidate.parts.bm25
+            );
+        }
+        assert_eq!(traced[0]["start"], second, "best first: the revenue chunk");
+
+        assert!(
+            traced_lines(tracing::Level::DEBUG, &candidates, &hits).is_empty(),
+            "nothing is written below trace level"
+        );
     }
 }

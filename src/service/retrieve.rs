@@ -238,9 +238,17 @@ fn run_query_stages(
     );
     timer.lap("score");
 
-    if diversify_if_asked(query, &mut candidates, &hits, query_vector, settings) {
+    let diversified = diversify_if_asked(query, &mut candidates, &hits, query_vector, settings);
+    if diversified {
         timer.lap("diversify");
     }
+    score::trace_candidates(
+        &query.query,
+        query.token_budget,
+        diversified,
+        &candidates,
+        &hits,
+    );
 
     let chunks = fit_budget(query, &candidates, &hits, &analyses, tokenizer, &mut timer);
 
