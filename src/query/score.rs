@@ -489,7 +489,7 @@ mod tests {
 
     #[test]
     fn traced_candidates_hold_their_document_ranges_in_pack_order_and_only_when_asked_for() {
-        // Two sections of one document: the second starts at byte 40 of it.
+        // Two sections of one document: the second starts after the blank line.
         let document = "Cats sleep a lot. Dogs bark at night.\n\nThe quarterly revenue grew.";
         let second = document.find("The").unwrap();
         let hits = vec![hit(1.0, &document[..37]), {
