@@ -18,9 +18,10 @@ prints answer recall per budget (the metric of ../shared/eval/README.md). The fi
 the server's own order, so its distance from the eval's figures is the replay's error.
 
 The pack is an approximation of `query::pack`: a candidate costs its tokens times the share of
-its bytes not yet taken, one of under 8 tokens (or a sixteenth of the budget) that touches no
-taken span is skipped, and it stops with under 4 tokens left; the expand and join stages are not
-replayed. On covid-a it lands within 0.007 of the server's recall at every budget from 128 to
+its bytes not yet taken, one that would start a span of its own is skipped when it holds fewer
+tokens than `pack::least_new_span_tokens` asks (8, an eighth of the budget or half the largest
+candidate, whichever is least; whole sections are not told apart), and it stops with under 4
+tokens left; the expand and join stages are not replayed. On covid-a it lands within 0.007 of the server's recall at every budget from 128 to
 4,096. The server's order is after any MMR it applied (`diversified` in the log); a weight set
 sorts by its fused score alone, so it replays those queries without MMR.
 """
@@ -75,6 +76,7 @@ def pack(candidates, order, budget, texts):
     """Byte spans taken per document, greedily in `order` (see the module's docs)."""
     taken = collections.defaultdict(list)
     left = budget
+    least = min(8, budget // 8, max(c["tokens"] for c in candidates) // 2)
     for i in order:
         c = candidates[i]
         start, end, spans = c["start"], c["end"], taken[c["doc_id"]]
@@ -85,7 +87,7 @@ def pack(candidates, order, budget, texts):
         touches = any(
             s <= end and start <= e or blank(text, e, start) or blank(text, end, s) for s, e in spans
         )
-        if not touches and c["tokens"] < min(8, budget / 16):
+        if not touches and c["tokens"] < least:
             continue
         cost = c["tokens"] * (1 - covered / (end - start))
         if cost <= left + 0.5:
