@@ -72,6 +72,11 @@ def fuse(candidates, weights):
     ]
 
 
+def blank(text, start, end):
+    """Only whitespace lies between byte `start` and byte `end` (true when they touch)."""
+    return start <= end and not text[start:end].strip()
+
+
 def pack(candidates, order, budget, texts):
     """Byte spans taken per document, greedily in `order` (see the module's docs)."""
     taken = collections.defaultdict(list)
@@ -85,7 +90,7 @@ def pack(candidates, order, budget, texts):
             continue
         text = texts[c["doc_id"]]
         touches = any(
-            s <= end and start <= e or blank(text, e, start) or blank(text, end, s) for s, e in spans
+            (s <= end and start <= e) or blank(text, e, start) or blank(text, end, s) for s, e in spans
         )
         if not touches and c["tokens"] < least:
             continue
@@ -96,11 +101,6 @@ def pack(candidates, order, budget, texts):
         if left < 4:
             break
     return taken
-
-
-def blank(text, start, end):
-    """Only whitespace lies between byte `start` and byte `end` (true when they touch)."""
-    return start <= end and not text[start:end].strip()
 
 
 def answered(taken, doc_id, answer_spans, text):
@@ -114,13 +114,29 @@ def answered(taken, doc_id, answer_spans, text):
     return any(s <= a and b <= e for s, e in merged for a, b in answer_spans)
 
 
-def recall_by_budget(rows, order_of, texts):
+def share_by_budget(rows, holds):
+    """Per budget, the share of traced Retrieves for which `holds(budget, candidates, spans,
+    doc_id)` is true."""
     hits, counts = collections.Counter(), collections.Counter()
-    for budget, candidates, spans, doc_id in rows:
-        counts[budget] += 1
-        taken = pack(candidates, order_of(candidates), budget, texts)
-        hits[budget] += answered(taken, doc_id, spans, texts[doc_id])
+    for row in rows:
+        counts[row[0]] += 1
+        hits[row[0]] += bool(holds(*row))
     return {b: hits[b] / counts[b] for b in sorted(counts)}
+
+
+def recall_by_budget(rows, order_of, texts):
+    """Answer recall per budget when each Retrieve's candidates are packed in `order_of` them."""
+
+    def packed_answer(budget, candidates, spans, doc_id):
+        taken = pack(candidates, order_of(candidates), budget, texts)
+        return answered(taken, doc_id, spans, texts[doc_id])
+
+    return share_by_budget(rows, packed_answer)
+
+
+def a_candidate_holds_one(budget, candidates, spans, doc_id):
+    """Some candidate of the gold document holds a whole gold answer: the score stage's ceiling."""
+    return any(c["doc_id"] == doc_id and c["start"] <= a and b <= c["end"] for c in candidates for a, b in spans)
 
 
 def main():
@@ -158,14 +174,7 @@ def main():
             return sorted(range(len(candidates)), key=lambda i: -scores[i])
 
         report(f"weights {text}", recall_by_budget(rows, by_score, texts))
-    holds = collections.Counter()
-    counts = collections.Counter()
-    for budget, candidates, spans, doc_id in rows:
-        counts[budget] += 1
-        holds[budget] += any(
-            c["doc_id"] == doc_id and c["start"] <= a and b <= c["end"] for c in candidates for a, b in spans
-        )
-    report("a candidate holds one", {b: holds[b] / counts[b] for b in sorted(counts)})
+    report("a candidate holds one", share_by_budget(rows, a_candidate_holds_one))
 
 
 if __name__ == "__main__":
