@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
-use lathe::client::serve_command;
+use lathe_tools::client::serve_command;
 use tonic::transport::{Channel, Endpoint};
 
 use common::serving_line::serving_address;

@@ -25,10 +25,10 @@ use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
-use lathe::eval::Dataset;
 use lathe::index::section_key;
 use lathe::index::{DocumentRecord, SectionRecord, WriteOp};
 use lathe::types::Filter;
+use lathe_tools::eval::Dataset;
 
 use common::{open_index, section_texts, squad_dir};
 

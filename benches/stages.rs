@@ -25,7 +25,6 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
 use lathe::chunk::{ChunkOptions, Strategy, Unit};
-use lathe::eval::Dataset;
 use lathe::index::SectionHit;
 use lathe::query::analyze::analyze;
 use lathe::query::context::SpanContexts;
@@ -39,6 +38,7 @@ use lathe::types::{
     ChunkSelection, ChunkingSpec, Filter, ResultOrder, RetrieveQuery, RetrieveResult,
     RetrievedChunk,
 };
+use lathe_tools::eval::Dataset;
 
 use common::{manifest_path, section_texts, squad_dir};
 

@@ -211,6 +211,18 @@ fn unserved(documents: &[String]) -> String {
     }
 }
 
+impl From<lathe_text::error::TextError> for LatheError {
+    /// A tokenizer that cannot be named or loaded, field and reason as the text crate gave them.
+    fn from(error: lathe_text::error::TextError) -> Self {
+        match error {
+            lathe_text::error::TextError::InvalidArgument { field, reason } => {
+                Self::InvalidArgument { field, reason }
+            }
+            lathe_text::error::TextError::Internal(message) => Self::Internal(message),
+        }
+    }
+}
+
 impl LatheError {
     /// Names `documents` (those a call asked for) in an error saying the collection's data is
     /// damaged; any other error is returned as it is.

@@ -15,29 +15,37 @@
 //! - [`index`]: collections on disk; tantivy indexes of sections; the writer and snapshots.
 //! - [`replication`]: with `replication.nats_url` set, the write log on NATS JetStream that every
 //!   replica applies.
-//! - [`sections`]: ingest-time splitting of documents into sections by structure.
-//! - [`chunk`]: query-time chunking strategies over token offsets.
-//! - Leaves usable by any layer: [`tokens`], [`tokenizer`], [`content_hash`], [`cpu_pool`],
-//!   [`config`], [`error`], [`types`].
+//! - [`sections`], [`chunk`], [`tokens`], [`tokenizer`]: the text crate (`lathe-text`),
+//!   re-exported under the paths the server's modules use: sections by structure at ingest,
+//!   chunking at query time, token offsets and the budget tokenizers.
+//! - Leaves usable by any layer: [`content_hash`], [`cpu_pool`], [`config`], [`error`],
+//!   [`types`].
+//! - [`launch`]: what `lathe serve` runs; [`dense_recall`]: the hidden `lathe dense-recall`.
+//!
+//! The client side (`lathe ingest`/`query`/`eval`, the benchmark programs) is the `lathe-tools`
+//! crate, which reaches this one only over gRPC.
 
 pub mod api;
-pub mod chunk;
-pub mod cli;
-pub mod client;
 pub mod config;
 pub mod content_hash;
 pub mod cpu_pool;
 pub mod dense;
+pub mod dense_recall;
 pub mod embed;
 pub mod error;
-pub mod eval;
 pub mod index;
 pub mod ingest;
+pub mod launch;
 pub mod query;
 pub mod replication;
-pub mod sections;
 pub mod service;
 pub mod telemetry;
-pub mod tokenizer;
-pub mod tokens;
 pub mod types;
+
+pub use lathe_text::{chunk, sections, tokenizer, tokens};
+
+/// The models folder `scripts/fetch-models.sh` lays out, for unit tests that load real models.
+#[cfg(test)]
+pub(crate) fn test_models_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models")
+}

@@ -1,12 +1,14 @@
-//! The `lathe` binary: `serve`, `ingest` and `query`.
+//! The `lathe` binary: `serve` (this crate), and the client subcommands `ingest`, `query` and
+//! `eval` (the tools crate, over gRPC).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use lathe::cli;
 use lathe::config::{Config, ConfigOverrides, LogFormat};
+use lathe::launch;
+use lathe_tools::cli;
 
 /// jemalloc: glibc's allocator was a fifth of a lexical ingest's CPU (BENCHMARKS.md, "jemalloc").
 #[cfg(not(target_env = "msvc"))]
@@ -61,6 +63,9 @@ enum Command {
     Query(cli::QueryArgs),
     /// Evaluate retrieval quality and latency on a dataset (docs.jsonl, queries.jsonl) over gRPC.
     Eval(cli::EvalArgs),
+    /// Recall@10 of a stopped server's dense index against exact search (run by lathe-bench).
+    #[command(hide = true)]
+    DenseRecall(lathe::dense_recall::DenseRecallArgs),
 }
 
 fn parse_log_format(value: &str) -> Result<LogFormat, String> {
@@ -102,12 +107,13 @@ fn main() -> ExitCode {
                     log_format,
                 };
                 let config = Config::load(config.as_deref(), &overrides)?;
-                *tracing_slot = Some(cli::init_tracing(&config.log)?);
-                cli::serve(config).await
+                *tracing_slot = Some(launch::init_tracing(&config.log)?);
+                launch::serve(config).await
             }
             Command::Ingest(args) => cli::ingest(args).await,
             Command::Query(args) => cli::query(args).await,
             Command::Eval(args) => cli::eval(args).await,
+            Command::DenseRecall(args) => lathe::dense_recall::run(args),
         }
     });
     drop(tracing_guard);

@@ -1,10 +1,15 @@
-//! The dependency rule of ARCHITECTURE.md, checked on the source: every `crate::<module>` path in
-//! a module's code (its `use` lines and any path written inline) must name a module the rule lets
-//! it import. Arrows point down: the gRPC edge calls the service, the service runs the pipelines,
-//! the pipelines call the index and the leaves; nothing imports `cli`, and nothing below the edge
-//! names tonic or prost. A module the table has no row for fails the test, so a new module gets
-//! a row before it gets code. Test modules (`#[cfg(test)] mod …`) are not checked: a unit test may
-//! build whatever it needs.
+//! The dependency rule of ARCHITECTURE.md inside the server crate, checked on the source: every
+//! `crate::<module>` path in a module's code (its `use` lines and any path written inline) must
+//! name a module the rule lets it import. Arrows point down: the gRPC edge calls the service, the
+//! service runs the pipelines, the pipelines call the index and the leaves; nothing below the edge
+//! names tonic or prost, and nothing but `main.rs` names the tools crate. A module the table has
+//! no row for fails the test, so a new module gets a row before it gets code. Test modules
+//! (`#[cfg(test)] mod …`) are not checked: a unit test may build whatever it needs.
+//!
+//! Between crates Cargo keeps the rule: the text crate (`tokens`, `tokenizer`, `sections`,
+//! `chunk`, re-exported at the server's root under those names) depends on no other crate of the
+//! workspace, and the tools crate not on the server. ARCHITECTURE.md's table is checked against
+//! `RULE` here too, so the two cannot drift.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -15,16 +20,14 @@ const ERROR: &str = "error";
 /// Which top-level modules of `src/` each top-level module may import. The layout the issue asks
 /// for (`service/`, `ingest/`, `query/`).
 const RULE: &[(&str, &[&str])] = &[
-    // Leaves, bottom up.
+    // Leaves, bottom up. (`tokens`, `tokenizer`, `sections` and `chunk` are the text crate's:
+    // they import nothing of this crate, and Cargo keeps it so.)
     (ERROR, &[]),
-    ("tokens", &[]),
     ("content_hash", &[]),
     ("config", &[ERROR]),
     ("telemetry", &[ERROR]),
     ("cpu_pool", &[ERROR]),
-    ("types", &[ERROR, "tokens"]),
-    ("tokenizer", &[ERROR, "tokens", "types"]),
-    ("chunk", &[ERROR, "tokens", "types"]),
+    ("types", &[ERROR]),
     ("embed", &[ERROR, "tokens", "tokenizer", "cpu_pool"]),
     ("dense", &[ERROR, "embed", "cpu_pool"]),
     (
@@ -39,7 +42,6 @@ const RULE: &[(&str, &[&str])] = &[
             "cpu_pool",
         ],
     ),
-    ("sections", &[ERROR, "types", "tokens", "tokenizer"]),
     // The write log on NATS JetStream: another edge (it encodes entries with prost), below the
     // service, which runs it.
     (
@@ -101,10 +103,11 @@ const RULE: &[(&str, &[&str])] = &[
     ),
     // The gRPC edge: converts proto ⇄ domain types and calls the service.
     ("api", &[ERROR, "types", "config", "telemetry", "service"]),
-    // Clients of the gRPC API: they speak proto, never the service.
-    ("client", &[ERROR, "api", "config", "types"]),
-    ("eval", &["api", "client"]),
-    ("cli", &[ERROR, "api", "client", "config", "eval"]),
+    // `lathe serve`: logging, the models check, signals, then the edge's server.
+    ("launch", &[ERROR, "api", "config"]),
+    // `lathe dense-recall`: opens a stopped server's index to measure the dense leg's recall
+    // against exact search (embeds the query texts, builds one graph with the index's distance).
+    ("dense_recall", &[ERROR, "dense", "embed", "index", "types"]),
 ];
 
 /// Modules below the edge: they must not name tonic or prost (proto types and tonic stay in
@@ -117,10 +120,7 @@ const BELOW_THE_EDGE: &[&str] = &[
     "index",
     "dense",
     "embed",
-    "chunk",
-    "sections",
-    "tokenizer",
-    "tokens",
+    "dense_recall",
     "types",
     "config",
     "cpu_pool",
@@ -132,19 +132,14 @@ const BELOW_THE_EDGE: &[&str] = &[
 /// longer matches fails the test too, so the list cannot go stale.
 const KNOWN_VIOLATIONS: &[(&str, &str, &str)] = &[];
 
-/// The binaries: `main.rs` is the `lathe` front end and may call `cli`; `lathe-load` is a client;
-/// `lathe-bench` is a client that also opens a stopped server's index (and embeds query texts) to
-/// measure the dense leg's recall against exact search, and builds one graph over the same
-/// vectors with the dense index's distance (`--one-graph-recall`).
-const BINARY_RULE: &[(&str, &[&str])] = &[
-    ("src/main.rs", &["cli", "config"]),
-    ("src/bin/lathe-load.rs", &["api", "client", "eval", "types"]),
-    ("src/bin/lathe-replicas.rs", &["api", "client", "eval"]),
-    (
-        "src/bin/lathe-bench.rs",
-        &["api", "client", "dense", "embed", "eval", "index", "types"],
-    ),
-];
+/// The binary: `main.rs` is the `lathe` front end: `serve` (`launch`, `config`), the hidden
+/// `dense-recall`, and the tools crate's client subcommands. The benchmark programs are the tools
+/// crate's, which Cargo keeps from the server.
+const BINARY_RULE: &[(&str, &[&str])] = &[("src/main.rs", &["launch", "config", "dense_recall"])];
+
+/// The one file of `src/` that may name the tools crate (the package depends on it for the
+/// `lathe` binary's client subcommands, so Cargo alone would let the library name it too).
+const TOOLS_USER: &str = "src/main.rs";
 
 fn source_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -399,7 +394,7 @@ fn every_module_imports_only_what_the_rule_allows() {
 }
 
 #[test]
-fn nothing_imports_cli_and_the_binaries_keep_to_their_rule() {
+fn only_main_names_the_tools_and_the_binary_keeps_to_its_rule() {
     let root = source_root();
     for (file, allowed) in BINARY_RULE {
         let path = root.parent().unwrap().join(file);
@@ -412,10 +407,78 @@ fn nothing_imports_cli_and_the_binaries_keep_to_their_rule() {
             );
         }
     }
-    for (module, allowed) in RULE {
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    for file in files {
+        let relative = file.strip_prefix(root.parent().unwrap()).unwrap();
+        let relative = relative.to_string_lossy().replace('\\', "/");
+        let code = code_outside_tests(&std::fs::read_to_string(&file).expect("read source"));
         assert!(
-            !allowed.contains(&"cli"),
-            "`{module}` may not import `cli`: nothing but src/main.rs does"
+            relative == TOOLS_USER || !names_crate(&code, "lathe_tools"),
+            "{relative} names the tools crate: only {TOOLS_USER} may (the server speaks no client)"
+        );
+    }
+}
+
+/// The rows of ARCHITECTURE.md's dependency table: module → the modules its row names, each
+/// written in backticks (`error` is implied, as the table's header says).
+fn architecture_table() -> Vec<(String, BTreeSet<String>)> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md");
+    let text = std::fs::read_to_string(path).expect("read ARCHITECTURE.md");
+    let section = text
+        .split("## The dependency rule")
+        .nth(1)
+        .expect("ARCHITECTURE.md has a dependency rule section");
+    let backticked = |cell: &str| -> Vec<String> {
+        cell.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    };
+    let mut rows = Vec::new();
+    for line in section.lines().skip_while(|l| !l.starts_with('|')) {
+        if !line.starts_with('|') {
+            break;
+        }
+        let cells: Vec<&str> = line.split('|').collect();
+        if cells.len() < 4 || cells[1].contains("---") || cells[1].trim() == "module" {
+            continue;
+        }
+        let mayimport: BTreeSet<String> = backticked(cells[2])
+            .into_iter()
+            .filter(|name| name != ERROR)
+            .collect();
+        for module in backticked(cells[1]) {
+            rows.push((module, mayimport.clone()));
+        }
+    }
+    rows
+}
+
+#[test]
+fn architecture_md_states_the_rule_the_code_keeps() {
+    let table = architecture_table();
+    for (module, allowed) in RULE {
+        let expected: BTreeSet<String> = allowed
+            .iter()
+            .filter(|name| **name != ERROR)
+            .map(|name| name.to_string())
+            .collect();
+        let written = table
+            .iter()
+            .find(|(name, _)| name == module)
+            .map(|(_, names)| names.clone());
+        assert_eq!(
+            written.as_ref(),
+            Some(&expected),
+            "ARCHITECTURE.md's row for `{module}` must name exactly what RULE lets it import"
+        );
+    }
+    for (name, _) in &table {
+        assert!(
+            RULE.iter().any(|(module, _)| module == name),
+            "ARCHITECTURE.md has a row for `{name}`, which RULE does not know"
         );
     }
 }

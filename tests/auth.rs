@@ -7,7 +7,7 @@ use common::*;
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
 use lathe::api::proto::DocumentFormat as Format;
-use lathe::client::InProcessServer;
+use lathe::api::InProcessServer;
 use tonic::transport::Channel;
 use tonic::Code;
 

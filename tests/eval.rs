@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lathe::cli::{eval, EvalArgs};
+use lathe_tools::cli::{eval, EvalArgs};
 
 fn models_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models")

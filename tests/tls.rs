@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::*;
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
-use lathe::client::InProcessServer;
+use lathe::api::InProcessServer;
 use tonic::transport::Channel;
 
 struct TestCa {

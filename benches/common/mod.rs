@@ -8,8 +8,8 @@ pub mod serving_line;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lathe::eval::DatasetDocument;
 use lathe::index::CollectionIndex;
+use lathe_tools::eval::DatasetDocument;
 
 /// `var` when set, else `default` under the crate root (models, the squad-a dataset).
 pub fn manifest_path(var: &str, default: &str) -> PathBuf {

@@ -1,6 +1,6 @@
 #![no_main]
 
-use lathe::chunk::Strategy;
+use lathe_text::chunk::Strategy;
 use lathe_fuzz::{run, Case};
 use libfuzzer_sys::fuzz_target;
 

@@ -2,7 +2,7 @@
 //! and the token counter (whitespace words or chars); the rest, made valid UTF-8 lossily, is the
 //! document. Every guarantee of `split_document` is asserted.
 
-use lathe::sections::{check_section_invariants, split_document, Format};
+use lathe_text::sections::{check_section_invariants, split_document, Format};
 
 fn whitespace_words(text: &str) -> usize {
     text.split_whitespace().count()

@@ -5,7 +5,7 @@
 
 use lathe::api::convert::documents_from_proto;
 use lathe::api::proto::DocumentFormat;
-use lathe::cli::documents_from_jsonl;
+use lathe_tools::cli::documents_from_jsonl;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,4 +2,4 @@
 
 mod common;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| common::check(data, lathe::sections::Format::Html));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| common::check(data, lathe_text::sections::Format::Html));

@@ -5,11 +5,11 @@
 use std::ops::Range;
 
 use arbitrary::Arbitrary;
-use lathe::chunk::{
+use lathe_text::chunk::{
     check_invariants, chunk_section, sentences, ChunkOptions, SemanticInput, SemanticThreshold,
     Strategy, Unit,
 };
-use lathe::tokens::TokenOffsets;
+use lathe_text::tokens::TokenOffsets;
 
 #[derive(Arbitrary, Debug)]
 pub struct Case {

@@ -5,16 +5,14 @@ pub mod auth;
 pub mod convert;
 pub mod deadline;
 pub mod grpc;
+mod in_process;
 pub mod incoming;
 pub mod status;
 
-#[allow(clippy::all, missing_docs)]
-pub mod proto {
-    tonic::include_proto!("lathe.v1");
+pub use in_process::InProcessServer;
 
-    /// Encoded descriptors of `lathe.v1`, served by the reflection service.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("lathe_descriptor");
-}
+/// The generated `lathe.v1` API, shared with the tools (crate `lathe-proto`).
+pub use lathe_proto as proto;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -143,7 +143,7 @@ mod tests {
     fn wordllama() -> &'static (Tokenizer, ChunkedBpe) {
         static LOADED: std::sync::OnceLock<(Tokenizer, ChunkedBpe)> = std::sync::OnceLock::new();
         LOADED.get_or_init(|| {
-            let path = crate::tokenizer::tests::models_dir().join("wordllama/tokenizer.json");
+            let path = crate::test_models_dir().join("wordllama/tokenizer.json");
             let tokenizer = super::super::open_unpadded_tokenizer(&path).unwrap();
             let chunked = ChunkedBpe::for_tokenizer(&tokenizer, &path).expect("wordllama's shape");
             (tokenizer, chunked)
@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn other_tokenizers_do_not_take_this_path() {
-        let path = crate::tokenizer::tests::models_dir().join("minilm/tokenizer.json");
+        let path = crate::test_models_dir().join("minilm/tokenizer.json");
         let tokenizer = super::super::open_unpadded_tokenizer(&path).unwrap();
         assert!(ChunkedBpe::for_tokenizer(&tokenizer, &path).is_none());
     }

@@ -238,7 +238,7 @@ mod tests {
 
     #[test]
     fn the_table_is_read_in_place_and_gives_the_rows_the_file_holds() {
-        let models_dir = crate::tokenizer::tests::models_dir();
+        let models_dir = crate::test_models_dir();
         let embedder = StaticEmbedder::from_models_dir(&models_dir).unwrap();
         assert!(matches!(embedder.table, Halves::Mapped { .. }));
         // The reference: the file read whole, each half widened on its own.
@@ -264,8 +264,7 @@ mod tests {
 
     #[test]
     fn the_chunked_path_gives_the_ids_of_bounded_calls_on_long_texts() {
-        let embedder =
-            StaticEmbedder::from_models_dir(&crate::tokenizer::tests::models_dir()).unwrap();
+        let embedder = StaticEmbedder::from_models_dir(&crate::test_models_dir()).unwrap();
         assert!(
             embedder.chunked.is_some(),
             "wordllama takes the chunked path"

@@ -116,7 +116,7 @@ mod tests {
     use super::*;
 
     fn tokenizer() -> BudgetTokenizer {
-        BudgetTokenizer::resolve("minilm", &crate::tokenizer::tests::models_dir())
+        BudgetTokenizer::resolve("minilm", &crate::test_models_dir())
             .expect("run scripts/fetch-models.sh")
     }
 

@@ -416,9 +416,7 @@ mod tests {
     fn a_join_the_budget_cannot_pay_for_is_not_made() {
         // In cl100k this gap costs tokens of its own: joined, the two spans read more than
         // apart.
-        let tokenizer =
-            BudgetTokenizer::resolve("cl100k_base", &crate::tokenizer::tests::models_dir())
-                .unwrap();
+        let tokenizer = BudgetTokenizer::resolve("cl100k_base", &crate::test_models_dir()).unwrap();
         let (_, hits) = document(&["Alpha beta.", "\n \n\t", "Gamma delta."]);
         let spans = [
             span(&hits, 0, "Alpha beta.", 2.0),
@@ -483,7 +481,7 @@ mod tests {
                 let (document_text, hits) = document(&parts);
                 let cl100k;
                 let tokenizer = if use_cl100k {
-                    cl100k = BudgetTokenizer::resolve("cl100k_base", &crate::tokenizer::tests::models_dir()).unwrap();
+                    cl100k = BudgetTokenizer::resolve("cl100k_base", &crate::test_models_dir()).unwrap();
                     &cl100k
                 } else {
                     crate::query::test_minilm()

@@ -195,7 +195,7 @@ pub(crate) fn test_minilm() -> &'static crate::tokenizer::BudgetTokenizer {
     static TOKENIZER: std::sync::OnceLock<crate::tokenizer::BudgetTokenizer> =
         std::sync::OnceLock::new();
     TOKENIZER.get_or_init(|| {
-        crate::tokenizer::BudgetTokenizer::resolve("minilm", &crate::tokenizer::tests::models_dir())
+        crate::tokenizer::BudgetTokenizer::resolve("minilm", &crate::test_models_dir())
             .expect("run scripts/fetch-models.sh")
     })
 }

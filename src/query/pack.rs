@@ -255,11 +255,9 @@ mod tests {
     #[test]
     fn a_fragment_is_not_packed_alone_but_joins_a_span_it_touches() {
         use crate::query::{test_section_hit, Candidate};
-        let tokenizer = crate::tokenizer::BudgetTokenizer::resolve(
-            "minilm",
-            &crate::tokenizer::tests::models_dir(),
-        )
-        .expect("run scripts/fetch-models.sh");
+        let tokenizer =
+            crate::tokenizer::BudgetTokenizer::resolve("minilm", &crate::test_models_dir())
+                .expect("run scripts/fetch-models.sh");
         let text = "Moreover, the study ran from January to March in four cities. See table 9";
         let sentence_end = text.find(" See").unwrap();
         let hits = vec![test_section_hit(1.0, text)];
@@ -614,7 +612,7 @@ mod properties {
     fn cl100k() -> &'static BudgetTokenizer {
         static TOKENIZER: OnceLock<BudgetTokenizer> = OnceLock::new();
         TOKENIZER.get_or_init(|| {
-            BudgetTokenizer::resolve("cl100k_base", &crate::tokenizer::tests::models_dir()).unwrap()
+            BudgetTokenizer::resolve("cl100k_base", &crate::test_models_dir()).unwrap()
         })
     }
 

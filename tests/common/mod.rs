@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
-use lathe::client::InProcessServer;
+use lathe::api::InProcessServer;
 use lathe::config::Config;
 use tonic::transport::Channel;
 use tonic::Code;
@@ -50,7 +50,7 @@ impl TestServer {
         let server = InProcessServer::start(config)
             .await
             .expect("the test server starts and serves");
-        let client = lathe::client::connect_with_message_limit(&server.addr(), 256 << 20)
+        let client = lathe_tools::client::connect_with_message_limit(&server.addr(), 256 << 20)
             .await
             .expect("connect to the test server");
         Self {

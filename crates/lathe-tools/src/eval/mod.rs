@@ -93,8 +93,8 @@ impl Dataset {
     /// Code-point ranges of the query's gold sections in its document.
     /// The documents as plain-text proto documents, with the dataset's paragraphs as caller-given
     /// sections when `with_sections` (else the server cuts the sections).
-    pub fn proto_documents(&self, with_sections: bool) -> Vec<crate::api::proto::Document> {
-        use crate::api::proto;
+    pub fn proto_documents(&self, with_sections: bool) -> Vec<crate::proto::Document> {
+        use crate::proto;
         self.documents
             .iter()
             .map(|d| proto::Document {

@@ -17,14 +17,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use tonic::transport::Channel;
 
-use crate::api::proto;
-use crate::api::proto::lathe_client::LatheClient;
-use crate::client::{
-    connect, strategy_from_name, unique_collection_name, upload_in_batches, TargetServer,
-};
+use crate::client::{connect, strategy_from_name, unique_collection_name, upload_in_batches};
 use crate::eval::report::{self, Cell};
 use crate::eval::splitter::RecursiveCharacterSplitter;
 use crate::eval::{distinct_spans, score_query, summarize, Dataset, QueryOutcome, ReturnedChunk};
+use crate::proto;
+use crate::proto::lathe_client::LatheClient;
+use crate::server_process::TargetServer;
 
 #[derive(clap::Args, Debug)]
 pub struct EvalArgs {
@@ -33,11 +32,11 @@ pub struct EvalArgs {
     /// A running server; without it a server is started in this process on a loopback port.
     #[arg(long)]
     pub addr: Option<String>,
-    /// Models folder: the MiniLM tokenizer recounts returned tokens, and the in-process server
+    /// Models folder: the MiniLM tokenizer recounts returned tokens, and the server it starts
     /// loads its models from here.
     #[arg(long, default_value = "./models")]
     pub models_dir: PathBuf,
-    /// CPU pool threads of the in-process server (0: one per core).
+    /// CPU pool threads of the server it starts (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub cpu_threads: usize,
     /// Token budgets, comma-separated (default: the powers of two from 128 to 32768).
@@ -302,8 +301,7 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     let inputs = read_inputs(&args)?;
     let lathe_systems = lathe_systems(&args)?;
     let target =
-        TargetServer::given_or_started(args.addr.as_deref(), &args.models_dir, args.cpu_threads)
-            .await?;
+        TargetServer::given_or_started(args.addr.as_deref(), &args.models_dir, args.cpu_threads)?;
     let mut client = connect(&target.address).await?;
     let collections = ingest_collections(&mut client, &args, &inputs, lathe_systems).await?;
     if collections.systems.is_empty() {
@@ -312,8 +310,8 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     let (run_path, mut run_file) = create_run_file(&args)?;
     let measurements = measure(&client, &args, &inputs, &collections, &mut run_file).await?;
     run_file.flush().context("writing the run file")?;
-    let server_label = if target.is_in_process() {
-        "in-process (loopback)"
+    let server_label = if target.is_started_here() {
+        "started by eval (loopback)"
     } else {
         target.address.as_str()
     };
@@ -325,14 +323,14 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
         server_label,
     };
     write_report(&report_parts, &run_path)?;
-    if !target.is_in_process() && !args.keep_collections && args.reuse.is_none() {
+    if !target.is_started_here() && !args.keep_collections && args.reuse.is_none() {
         for collection in collections.created {
             let _ = client
                 .delete_collection(proto::DeleteCollectionRequest { name: collection })
                 .await;
         }
     }
-    target.stop().await
+    target.stop()
 }
 
 fn read_inputs(args: &EvalArgs) -> anyhow::Result<EvalInputs> {

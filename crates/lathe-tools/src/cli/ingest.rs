@@ -22,7 +22,7 @@ use futures::stream::{FuturesOrdered, StreamExt};
 use serde::Deserialize;
 use tonic::Code;
 
-use crate::api::proto;
+use crate::proto;
 
 #[derive(clap::Args, Debug)]
 pub struct IngestArgs {
@@ -333,7 +333,7 @@ fn has_repeated_ids(documents: &[proto::Document]) -> bool {
 /// call ran past the deadline is sent again as an upload stream. The outer error is a local
 /// failure (the deadline header); the inner result is the server's answer.
 async fn send_batch(
-    client: &mut crate::api::proto::lathe_client::LatheClient<tonic::transport::Channel>,
+    client: &mut crate::proto::lathe_client::LatheClient<tonic::transport::Channel>,
     collection: &str,
     batch: &[proto::Document],
     batch_bytes: usize,
@@ -555,7 +555,7 @@ fn documents_from_paths(
 /// Creates the collection with the tokenizer and section size asked for; one that exists is
 /// used as it is.
 async fn create_collection_unless_present(
-    client: &mut crate::api::proto::lathe_client::LatheClient<tonic::transport::Channel>,
+    client: &mut crate::proto::lathe_client::LatheClient<tonic::transport::Channel>,
     args: &IngestArgs,
 ) -> anyhow::Result<()> {
     let create = proto::CreateCollectionRequest {

@@ -30,10 +30,10 @@ use anyhow::Context;
 use clap::Parser;
 use tonic::transport::Channel;
 
-use lathe::api::proto;
-use lathe::api::proto::lathe_client::LatheClient;
-use lathe::client::{connect, serve_command, upload_in_batches};
-use lathe::eval::{percentile, Dataset};
+use lathe_tools::client::{connect, serve_command, upload_in_batches};
+use lathe_tools::eval::{percentile, Dataset};
+use lathe_tools::proto;
+use lathe_tools::proto::lathe_client::LatheClient;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -250,7 +250,10 @@ fn hostile_inputs_do_not_panic_and_keep_the_invariants() {
 
 #[test]
 fn minilm_tokenizer_limit_holds_on_real_markdown() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/models/minilm/tokenizer.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../models/minilm/tokenizer.json"
+    );
     let mut tokenizer = tokenizers::Tokenizer::from_file(path).expect("MiniLM tokenizer.json");
     tokenizer.with_padding(None);
     tokenizer
@@ -352,7 +355,7 @@ fn minilm_budget_tokenizer() -> &'static crate::tokenizer::BudgetTokenizer {
     static LOADED: std::sync::OnceLock<crate::tokenizer::BudgetTokenizer> =
         std::sync::OnceLock::new();
     LOADED.get_or_init(|| {
-        let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+        let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
         crate::tokenizer::BudgetTokenizer::resolve("minilm", &models).expect("minilm")
     })
 }

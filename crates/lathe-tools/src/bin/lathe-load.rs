@@ -16,11 +16,11 @@
 //! - `--read-only-first S`: with `--writer`, a read-only run of S seconds before each writer run,
 //!   on the same collection and server: the baseline of a soak.
 //! - `--sample-every S`: a soak report, one line every S seconds: requests, p99 and maximum latency
-//!   of that interval, writes, and the resident memory of this process (server and clients, when
-//!   the server runs in-process).
+//!   of that interval, writes, and the resident memory of the server when this tool started it
+//!   (else of this process, the clients).
 //!
-//! Without `--addr` the server runs in this process on a port-0 loopback listener, sharing the
-//! machine's cores with the clients. Bounded by `--seconds` and `--max-requests`.
+//! Without `--addr` it starts `lathe serve` (the binary beside this one) on a port-0 loopback
+//! listener, sharing the machine's cores with the clients. Bounded by `--seconds` and `--max-requests`.
 //!
 //! `--warm-up-seconds S` first runs S seconds of untimed `miss` requests from the last question
 //! back, so the timed runs meet a warm server but still only questions it has not seen. `--top-k 0` leaves the depth to the
@@ -40,11 +40,12 @@ use anyhow::Context;
 use clap::Parser;
 use tonic::transport::Channel;
 
-use lathe::api::proto;
-use lathe::api::proto::lathe_client::LatheClient;
-use lathe::client::{connect, unique_collection_name, upload_in_batches, TargetServer};
-use lathe::eval::{percentile, Dataset};
-use lathe::types::normalise_query;
+use lathe_text::normalise_query;
+use lathe_tools::client::{connect, unique_collection_name, upload_in_batches};
+use lathe_tools::eval::{percentile, Dataset};
+use lathe_tools::proto;
+use lathe_tools::proto::lathe_client::LatheClient;
+use lathe_tools::server_process::TargetServer;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -59,7 +60,7 @@ struct Args {
     addr: Option<String>,
     #[arg(long, default_value = "./models")]
     models_dir: PathBuf,
-    /// CPU pool threads of the in-process server (0: one per core).
+    /// CPU pool threads of the server it starts (0: one per core).
     #[arg(long, default_value_t = 0)]
     cpu_threads: usize,
     /// Concurrent clients; several values (comma-separated) run one after another.
@@ -120,8 +121,12 @@ struct Interval {
 }
 
 /// Resident set size of this process in MiB (Linux), or `None` where /proc is not there.
-fn resident_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+/// Resident memory of process `pid` (this one when `None`).
+fn resident_mib(pid: Option<u32>) -> Option<f64> {
+    let path = pid.map_or("/proc/self/status".to_string(), |pid| {
+        format!("/proc/{pid}/status")
+    });
+    let status = std::fs::read_to_string(path).ok()?;
     let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
@@ -132,6 +137,7 @@ async fn run_sampler(
     every: Duration,
     started: Instant,
     deadline: Instant,
+    server_pid: Option<u32>,
 ) {
     println!("| t s | requests | p50 ms | p99 ms | max ms | writes | RSS MiB |");
     println!("|---:|---:|---:|---:|---:|---:|---:|");
@@ -155,7 +161,7 @@ async fn run_sampler(
             ms(99.0),
             latencies.last().map_or(0.0, |&us| us as f64 / 1e3),
             interval.writes.swap(0, Ordering::Relaxed),
-            resident_mib().map_or("?".to_string(), |mib| format!("{mib:.0}")),
+            resident_mib(server_pid).map_or("?".to_string(), |mib| format!("{mib:.0}")),
         );
     }
 }
@@ -204,6 +210,8 @@ fn is_loopback(address: &str) -> bool {
 /// What every run shares: the server, the collection, the dataset and its questions.
 struct LoadTarget {
     address: String,
+    /// The server's process when this tool started it (its memory is sampled).
+    server_pid: Option<u32>,
     collection: Arc<str>,
     dataset: Arc<Dataset>,
     /// The dataset's distinct questions.
@@ -443,6 +451,7 @@ async fn run(target: &LoadTarget, shape: RunShape) -> anyhow::Result<RunReport> 
             Duration::from_secs(args.sample_every),
             started,
             deadline,
+            target.server_pid,
         ))
     });
     let writer_task = if shape.writer {
@@ -696,8 +705,7 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("the dataset needs documents and queries");
     }
     let server =
-        TargetServer::given_or_started(args.addr.as_deref(), &args.models_dir, args.cpu_threads)
-            .await?;
+        TargetServer::given_or_started(args.addr.as_deref(), &args.models_dir, args.cpu_threads)?;
     let mut client = connect(&server.address).await?;
     let (collection, contents) = match &args.collection {
         Some(existing) => (
@@ -724,14 +732,15 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
         dataset.queries.len(),
         questions.len(),
         args.budget,
-        if server.is_in_process() { "in-process (loopback gRPC)" } else { server.address.as_str() },
+        if server.is_started_here() { "started by lathe-load (loopback gRPC)" } else { server.address.as_str() },
     );
-    if let Some(mib) = resident_mib() {
+    if let Some(mib) = resident_mib(server.pid()) {
         println!("resident memory after ingest: {mib:.0} MiB\n");
     }
     let shapes = run_shapes(&args, &modes);
     let target = LoadTarget {
         address: server.address.clone(),
+        server_pid: server.pid(),
         collection: Arc::clone(&collection),
         dataset,
         questions,
@@ -772,7 +781,7 @@ async fn main_async(args: Args) -> anyhow::Result<()> {
             })
             .await;
     }
-    server.stop().await
+    server.stop()
 }
 
 fn main() -> std::process::ExitCode {

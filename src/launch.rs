@@ -1,13 +1,6 @@
-//! Command-line front ends. `serve` runs the server; `ingest` and `query` are gRPC clients, so
-//! they exercise exactly what an application sees.
-
-mod eval;
-mod ingest;
-mod query;
-
-pub use eval::{eval, EvalArgs};
-pub use ingest::{documents_from_jsonl, ingest, IngestArgs};
-pub use query::{query, QueryArgs};
+//! `lathe serve`: logging (and the optional span export), the models check, the open-file limit,
+//! the shutdown signals, and the server run until one arrives. The client subcommands (`ingest`,
+//! `query`, `eval`) are the tools crate's.
 
 use anyhow::Context;
 

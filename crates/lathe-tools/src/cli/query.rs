@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 
-use crate::api::proto;
+use crate::proto;
 
 #[derive(clap::Args, Debug)]
 pub struct QueryArgs {

@@ -473,7 +473,7 @@ mod tests {
 
     /// MiniLM as the stages' tests share it, which keeps it loaded, words remembered, throughout.
     fn minilm() -> std::sync::Arc<super::super::LoadedTokenizer> {
-        match &crate::query::test_minilm().kind {
+        match &crate::tokenizer::tests::minilm().kind {
             super::super::Kind::HuggingFace(loaded) => loaded.clone(),
             super::super::Kind::Tiktoken(_) => unreachable!("MiniLM is a Hugging Face tokenizer"),
         }

@@ -28,7 +28,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -38,15 +38,11 @@ use clap::Parser;
 use plotters::prelude::*;
 use tonic::transport::Channel;
 
-use lathe::api::proto;
-use lathe::api::proto::lathe_client::LatheClient;
-use lathe::client::{connect, serve_command, upload_in_batches};
-use lathe::dense::{query_elements, to_stored, StoredElement};
-use lathe::embed::{Embedder, StaticEmbedder};
-use lathe::eval::percentile;
-use lathe::eval::report::{draw_axes, draw_legend, draw_line_with_markers};
-use lathe::index::{CollectionIndex, DenseIndexConfig};
-use lathe::types::Filter;
+use lathe_tools::client::{connect, serve_command, upload_in_batches};
+use lathe_tools::eval::percentile;
+use lathe_tools::eval::report::{draw_axes, draw_legend, draw_line_with_markers};
+use lathe_tools::proto;
+use lathe_tools::proto::lathe_client::LatheClient;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -754,225 +750,6 @@ async fn write_one_more(
 }
 
 // ------------------------------------------------------------------------------------------------
-// Recall
-
-/// Recall@10 of the collection's dense index against exact search over the stored section
-/// vectors, for `queries` embedded with the static embedder; the index is opened in this
-/// process, read-only in effect (nothing is written), after the server stopped.
-fn dense_recall_at_10(
-    index_path: &Path,
-    models_dir: &Path,
-    queries: &[String],
-    ef_search: Option<usize>,
-    one_graph: Option<OneGraph>,
-) -> anyhow::Result<f64> {
-    let embedder = StaticEmbedder::from_models_dir(models_dir).context("loading static vectors")?;
-    let mut dense = DenseIndexConfig::new(embedder.dim());
-    if let Some(ef_search) = ef_search {
-        dense.ef_search = ef_search;
-    }
-    let index = CollectionIndex::open_or_create_with(
-        index_path,
-        16_000_000,
-        Duration::from_secs(3600),
-        Some(dense.clone()),
-    )
-    .context("opening the collection's index")?;
-    let stored = index.stored_section_vectors()?;
-    let unit: Vec<(u64, Vec<f32>)> = stored
-        .into_iter()
-        .map(|(key, mut vector)| {
-            lathe::embed::l2_normalize(&mut vector);
-            (key, vector)
-        })
-        .collect();
-    let texts: Vec<&str> = queries.iter().map(String::as_str).collect();
-    let query_vectors = embedder
-        .embed_texts(&texts)
-        .context("embedding the queries")?;
-    let snapshot = index.snapshot();
-    // The one graph, its parameters and its build time, when asked for.
-    let one_graph = one_graph.map(|mut params| {
-        let config = params.applied_to(&dense);
-        let started = Instant::now();
-        let graph = one_graph_over(&unit, &config, params.level_scale);
-        if params.efs.is_empty() {
-            params.efs.push(dense.ef_search);
-        }
-        (graph, config, started.elapsed().as_secs_f64(), params)
-    });
-    let mut recalls = Vec::with_capacity(queries.len());
-    let mut index_seconds = 0.0;
-    // Per ef of the one graph: recalls and seconds searching.
-    let runs = one_graph
-        .as_ref()
-        .map_or(0, |(.., params)| params.efs.len());
-    let mut one_graph_runs: Vec<(Vec<f64>, f64)> = vec![(Vec::new(), 0.0); runs];
-    for query in query_vectors.iter_rows() {
-        if query.iter().all(|x| *x == 0.0) {
-            continue;
-        }
-        let exact = exact_top(&unit, query, 10);
-        let started = Instant::now();
-        let approximate: Vec<u64> = index
-            .search_dense(&snapshot, query, &Filter::default(), 10)?
-            .iter()
-            .map(|hit| hit.section_key)
-            .collect();
-        index_seconds += started.elapsed().as_secs_f64();
-        recalls.push(recall_with_ties(&exact, &approximate, &unit, query));
-        if let Some((graph, _, _, params)) = &one_graph {
-            let mut normalized = query.to_vec();
-            lathe::embed::l2_normalize(&mut normalized);
-            let elements = query_elements(&normalized);
-            let accept_all = |_: &usize| true;
-            for (&ef, (run_recalls, run_seconds)) in params.efs.iter().zip(&mut one_graph_runs) {
-                let started = Instant::now();
-                let found: Vec<u64> = graph
-                    .search_filter(
-                        elements,
-                        10,
-                        ef.max(10),
-                        params.filtered.then_some(&accept_all as _),
-                    )
-                    .iter()
-                    .map(|neighbour| unit[neighbour.d_id].0)
-                    .collect();
-                *run_seconds += started.elapsed().as_secs_f64();
-                run_recalls.push(recall_with_ties(&exact, &found, &unit, query));
-            }
-        }
-    }
-    index.shutdown();
-    if recalls.is_empty() {
-        anyhow::bail!("no query had a non-zero static vector");
-    }
-    let mean = |values: &[f64]| values.iter().sum::<f64>() / values.len() as f64;
-    let per_query_ms = |seconds: f64| 1e3 * seconds / recalls.len() as f64;
-    eprintln!(
-        "recall@10 over {} queries: segmented index {:.3} ({:.2} ms a query with its sections read, ef {})",
-        recalls.len(),
-        mean(&recalls),
-        per_query_ms(index_seconds),
-        dense.ef_search,
-    );
-    if let Some((_, config, build_seconds, params)) = &one_graph {
-        for (ef, (run_recalls, run_seconds)) in params.efs.iter().zip(&one_graph_runs) {
-            eprintln!(
-                "  one graph over the same {} vectors: {:.3} ({:.2} ms a query; M {}, ef_construction {}, ef {}, {}; built in {build_seconds:.1} s)",
-                unit.len(),
-                mean(run_recalls),
-                per_query_ms(*run_seconds),
-                config.max_nb_connection,
-                config.ef_construction,
-                ef.max(&10),
-                if params.filtered {
-                    "filtered search"
-                } else {
-                    "plain search"
-                },
-            );
-        }
-    }
-    Ok(mean(&recalls))
-}
-
-/// The graph parameters of `--one-graph-recall` (unset: the index's).
-struct OneGraph {
-    m: Option<usize>,
-    ef_construction: Option<usize>,
-    level_scale: Option<f64>,
-    efs: Vec<usize>,
-    filtered: bool,
-}
-
-impl OneGraph {
-    /// `index`'s settings with these parameters where they are set.
-    fn applied_to(&self, index: &DenseIndexConfig) -> DenseIndexConfig {
-        DenseIndexConfig {
-            max_nb_connection: self.m.unwrap_or(index.max_nb_connection),
-            ef_construction: self.ef_construction.unwrap_or(index.ef_construction),
-            ..index.clone()
-        }
-    }
-}
-
-/// One hnsw graph over all of `vectors` (slot = position), built as the index builds a merged
-/// segment: the index's graph parameters and stored form (int8 codes), batches of 10,000
-/// inserted in parallel.
-fn one_graph_over(
-    vectors: &[(u64, Vec<f32>)],
-    dense: &DenseIndexConfig,
-    level_scale: Option<f64>,
-) -> hnsw_rs::hnsw::Hnsw<'static, StoredElement, lathe::dense::UnitDotDistance> {
-    let mut graph = hnsw_rs::hnsw::Hnsw::new(
-        dense.max_nb_connection,
-        vectors.len().max(1),
-        dense.max_layer,
-        dense.ef_construction,
-        lathe::dense::UnitDotDistance,
-    );
-    if let Some(scale) = level_scale {
-        graph.modify_level_scale(scale);
-    }
-    let stored: Vec<Vec<StoredElement>> = vectors
-        .iter()
-        .map(|(_, vector)| to_stored(vector))
-        .collect();
-    let slots: Vec<(&[StoredElement], usize)> = stored
-        .iter()
-        .enumerate()
-        .map(|(slot, vector)| (vector.as_slice(), slot))
-        .collect();
-    for batch in slots.chunks(10_000) {
-        graph.parallel_insert_slice(&batch.to_vec());
-    }
-    graph
-}
-
-/// The `k` keys of `vectors` most similar to `query` (dot product of unit vectors), best first,
-/// with their similarities.
-fn exact_top(vectors: &[(u64, Vec<f32>)], query: &[f32], k: usize) -> Vec<(u64, f32)> {
-    let mut scored: Vec<(u64, f32)> = vectors
-        .iter()
-        .map(|(key, vector)| (*key, lathe::embed::dot(vector, query)))
-        .collect();
-    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    scored.truncate(k);
-    scored
-}
-
-/// Share of the exact top-k the approximate answer found. A returned key outside the exact list
-/// still counts when it ties the exact k-th similarity (within 1e-6): near-duplicate copies of a
-/// section may tie, and either is a right answer.
-fn recall_with_ties(
-    exact: &[(u64, f32)],
-    approximate: &[u64],
-    vectors: &[(u64, Vec<f32>)],
-    query: &[f32],
-) -> f64 {
-    if exact.is_empty() {
-        return 1.0;
-    }
-    let kth = exact.last().map_or(f32::NEG_INFINITY, |(_, s)| *s);
-    let similarity = |key: u64| {
-        vectors
-            .iter()
-            .find(|(candidate, _)| *candidate == key)
-            .map(|(_, vector)| lathe::embed::dot(vector, query))
-    };
-    let found = approximate
-        .iter()
-        .take(exact.len())
-        .filter(|key| {
-            exact.iter().any(|(exact_key, _)| exact_key == *key)
-                || similarity(**key).is_some_and(|s| s >= kth - 1e-6)
-        })
-        .count();
-    found as f64 / exact.len() as f64
-}
-
-// ------------------------------------------------------------------------------------------------
 // One size
 
 /// Everything a size's run needs besides its size.
@@ -1022,25 +799,72 @@ impl Bench {
             eprintln!("size {target}: dense recall@10");
             let index_path = data_dir.join("collections").join(COLLECTION).join("index");
             let recall_queries = &feed.queries[..self.args.recall_queries.min(feed.queries.len())];
-            report.recall_at_10 = Some(dense_recall_at_10(
-                &index_path,
-                &self.args.models_dir,
-                recall_queries,
-                self.args.ef_search,
-                self.args.one_graph_recall.then_some(OneGraph {
-                    m: self.args.one_graph_m,
-                    ef_construction: self.args.one_graph_ef_construction,
-                    level_scale: self.args.one_graph_level_scale,
-                    efs: self.args.one_graph_ef.clone(),
-                    filtered: self.args.one_graph_filtered,
-                }),
-            )?);
+            report.recall_at_10 = Some(self.dense_recall(&index_path, recall_queries)?);
         }
         if !self.args.keep && !self.args.reuse {
             let _ = std::fs::remove_dir_all(&data_dir);
             let _ = std::fs::remove_file(&build_record);
         }
         Ok(report)
+    }
+
+    /// Recall@10 of the stopped server's dense index, measured by `lathe dense-recall` (which
+    /// opens the index in its own process) over `queries`.
+    fn dense_recall(&self, index_path: &Path, queries: &[String]) -> anyhow::Result<f64> {
+        let queries_path = self.work_dir.join("recall-queries.txt");
+        std::fs::write(&queries_path, queries.join("\n"))
+            .with_context(|| format!("writing {}", queries_path.display()))?;
+        let args = &self.args;
+        let mut command = Command::new(&self.server.binary);
+        command
+            .arg("dense-recall")
+            .arg("--index")
+            .arg(index_path)
+            .arg("--models-dir")
+            .arg(&args.models_dir)
+            .arg("--queries")
+            .arg(&queries_path);
+        if let Some(ef_search) = args.ef_search {
+            command.args(["--ef-search", &ef_search.to_string()]);
+        }
+        if args.one_graph_recall {
+            command.arg("--one-graph");
+            let options = [
+                ("--one-graph-m", args.one_graph_m.map(|m| m.to_string())),
+                (
+                    "--one-graph-ef-construction",
+                    args.one_graph_ef_construction.map(|ef| ef.to_string()),
+                ),
+                (
+                    "--one-graph-level-scale",
+                    args.one_graph_level_scale.map(|scale| scale.to_string()),
+                ),
+            ];
+            for (flag, value) in options {
+                if let Some(value) = value {
+                    command.args([flag, &value]);
+                }
+            }
+            if !args.one_graph_ef.is_empty() {
+                let efs: Vec<String> = args.one_graph_ef.iter().map(usize::to_string).collect();
+                command.args(["--one-graph-ef", &efs.join(",")]);
+            }
+            if args.one_graph_filtered {
+                command.arg("--one-graph-filtered");
+            }
+        }
+        let output = command
+            .stderr(Stdio::inherit())
+            .output()
+            .context("running lathe dense-recall")?;
+        if !output.status.success() {
+            anyhow::bail!("lathe dense-recall failed: {}", output.status);
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        stdout
+            .trim()
+            .parse()
+            .with_context(|| format!("lathe dense-recall printed `{}`", stdout.trim()))
     }
 
     fn build(&self, data_dir: &Path, target: usize, report: &mut SizeReport) -> anyhow::Result<()> {
@@ -1594,40 +1418,6 @@ mod tests {
         assert_eq!(names, ["coarse", "total", "pack"]);
         assert_eq!(stages[2].p50_ms, 0.0);
         assert_eq!(stages[2].p99_ms, 0.5);
-    }
-
-    #[test]
-    fn recall_counts_exact_hits_and_ties_of_the_kth_similarity() {
-        let vectors = vec![
-            (1, vec![1.0, 0.0]),
-            (2, vec![0.8, 0.6]),
-            (3, vec![0.8, 0.6]),
-            (4, vec![0.0, 1.0]),
-        ];
-        let query = [1.0, 0.0];
-        let exact = exact_top(&vectors, &query, 2);
-        assert_eq!(exact.iter().map(|(k, _)| *k).collect::<Vec<_>>(), [1, 2]);
-        assert_eq!(recall_with_ties(&exact, &[1, 2], &vectors, &query), 1.0);
-        // Key 3 ties key 2 exactly: as right an answer.
-        assert_eq!(recall_with_ties(&exact, &[1, 3], &vectors, &query), 1.0);
-        assert_eq!(recall_with_ties(&exact, &[1, 4], &vectors, &query), 0.5);
-        assert_eq!(recall_with_ties(&exact, &[], &vectors, &query), 0.0);
-    }
-
-    #[test]
-    fn one_graph_over_the_vectors_finds_each_of_them_first() {
-        // 200 unit vectors on a circle: each is its own nearest neighbour.
-        let vectors: Vec<(u64, Vec<f32>)> = (0..200)
-            .map(|i| {
-                let angle = i as f32 * std::f32::consts::TAU / 200.0;
-                (1000 + i as u64, vec![angle.cos(), angle.sin()])
-            })
-            .collect();
-        let graph = one_graph_over(&vectors, &DenseIndexConfig::new(2), None);
-        for (slot, (_, vector)) in vectors.iter().enumerate() {
-            let found = graph.search(query_elements(vector), 1, 64);
-            assert_eq!(found[0].d_id, slot);
-        }
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::time::SystemTime;
 use tiktoken_rs::CoreBPE;
 use tokenizers::Tokenizer;
 
-use crate::error::{LatheError, Result};
+use crate::error::{Result, TextError};
 use crate::tokens::{
     ceil_char_boundary, floor_char_boundary, SpanBounder, TokenOffsets, MAX_TOKEN_BYTES,
 };
@@ -39,7 +39,8 @@ pub const MAX_CALL_BYTES: usize = 32 << 10;
 /// Longest run handed to an embedder's tokenizer whole (see [`encode_in_calls`]).
 pub const EMBEDDER_MAX_RUN_BYTES: usize = MAX_CALL_BYTES / 2;
 
-pub use crate::types::DEFAULT_TOKENIZER;
+/// Name of the default budget tokenizer: the tokenizer.json of all-MiniLM-L6-v2.
+pub const DEFAULT_TOKENIZER: &str = "minilm";
 pub const MINILM_TOKENIZER_PATH: &str = "minilm/tokenizer.json";
 
 /// A tokenizer that counts tokens and gives their byte offsets, without special tokens.
@@ -76,7 +77,7 @@ impl BudgetTokenizer {
             "o200k_base" => Kind::Tiktoken(tiktoken_rs::o200k_base_singleton()),
             path if path.ends_with(".json") => Kind::HuggingFace(load_tokenizer_json(&PathBuf::from(path), field)?),
             other => {
-                return Err(LatheError::invalid(
+                return Err(TextError::invalid(
                     field,
                     format!(
                         "unknown tokenizer `{other}`: expected `minilm`, `cl100k_base`, `o200k_base` or a path to a tokenizer.json"
@@ -514,7 +515,7 @@ pub struct EncodedText {
 
 fn load_tokenizer_json(path: &Path, field: &str) -> Result<Arc<LoadedTokenizer>> {
     if !path.exists() {
-        return Err(LatheError::invalid(
+        return Err(TextError::invalid(
             field,
             format!(
                 "tokenizer file {} is missing (run scripts/fetch-models.sh to fetch the models)",
@@ -541,13 +542,13 @@ fn load_tokenizer_json(path: &Path, field: &str) -> Result<Arc<LoadedTokenizer>>
         }
     }
     let mut tokenizer = Tokenizer::from_file(path).map_err(|error| {
-        LatheError::invalid(field, format!("cannot load {}: {error}", path.display()))
+        TextError::invalid(field, format!("cannot load {}: {error}", path.display()))
     })?;
     // The shipped tokenizer.json pads and truncates to 128 tokens: counting needs neither.
     tokenizer.with_padding(None);
     tokenizer
         .with_truncation(None)
-        .map_err(|error| LatheError::internal(format!("cannot disable truncation: {error}")))?;
+        .map_err(|error| TextError::internal(format!("cannot disable truncation: {error}")))?;
     let tokenizer = Arc::new(LoadedTokenizer::new(tokenizer));
     let mut loaded = loaded.lock().unwrap_or_else(|p| p.into_inner());
     // Forget tokenizers no collection holds any more before remembering this one.
@@ -563,7 +564,15 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn models_dir() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models")
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models")
+    }
+
+    /// MiniLM's budget tokenizer, loaded once for every test of this crate.
+    pub(crate) fn minilm() -> &'static BudgetTokenizer {
+        static TOKENIZER: std::sync::OnceLock<BudgetTokenizer> = std::sync::OnceLock::new();
+        TOKENIZER.get_or_init(|| {
+            BudgetTokenizer::resolve("minilm", &models_dir()).expect("run scripts/fetch-models.sh")
+        })
     }
 
     #[test]

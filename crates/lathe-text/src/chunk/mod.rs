@@ -38,7 +38,9 @@ use crate::tokens::TokenOffsets;
 
 // The domain enums live in `types` (a leaf every layer may use); the chunker is where most code
 // reaches for them.
-pub use crate::types::{SemanticThreshold, Strategy, Unit};
+mod strategy;
+
+pub use strategy::{SemanticThreshold, Strategy, Unit};
 
 pub use invariants::check_invariants;
 pub use segment::sentences;

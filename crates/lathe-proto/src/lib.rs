@@ -1,0 +1,11 @@
+//! Lathe's gRPC API, `lathe.v1`, generated from `proto/lathe/v1/lathe.proto`: the messages, the
+//! `lathe_client` and `lathe_server` stubs, and the encoded descriptors the server's reflection
+//! service serves. Nothing here is written by hand; the server's edge (`lathe::api`) converts
+//! these types to its own, and the tools (`lathe-tools`) speak only these.
+
+#![allow(clippy::all, missing_docs)]
+
+tonic::include_proto!("lathe.v1");
+
+/// Encoded descriptors of `lathe.v1`, served by the reflection service.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("lathe_descriptor");

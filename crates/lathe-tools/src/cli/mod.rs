@@ -1,0 +1,10 @@
+//! The `lathe` binary's client subcommands. Each is a gRPC client, so it exercises exactly what an
+//! application sees; `main.rs` of the server crate wires them beside `serve`.
+
+mod eval;
+mod ingest;
+mod query;
+
+pub use eval::{eval, EvalArgs};
+pub use ingest::{documents_from_jsonl, ingest, IngestArgs};
+pub use query::{query, QueryArgs};

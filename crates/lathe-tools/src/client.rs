@@ -1,0 +1,135 @@
+//! The client side, shared by `lathe ingest`/`query`/`eval`, the benchmark programs and the
+//! integration tests: connecting a tonic client, parsing the names a user types for proto enums,
+//! uploading in batches. Nothing here knows the service: it speaks only the gRPC API.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use anyhow::Context;
+use lathe_text::chunk::Strategy;
+use tonic::transport::Channel;
+
+use crate::proto;
+use crate::proto::lathe_client::LatheClient;
+
+/// The largest message a client sends or accepts by default: the server's default limit.
+pub const DEFAULT_CLIENT_MESSAGE_BYTES: usize = 64 << 20;
+
+/// Connects a gRPC client with messages as large as the server's default limit.
+pub async fn connect(address: &str) -> anyhow::Result<LatheClient<Channel>> {
+    connect_with_message_limit(address, DEFAULT_CLIENT_MESSAGE_BYTES).await
+}
+
+/// Connects a gRPC client that sends and accepts messages up to `message_bytes`. `address` is
+/// `host:port` (plaintext) or a full `http://`/`https://` URI.
+pub async fn connect_with_message_limit(
+    address: &str,
+    message_bytes: usize,
+) -> anyhow::Result<LatheClient<Channel>> {
+    let endpoint = if address.starts_with("http://") || address.starts_with("https://") {
+        address.to_string()
+    } else {
+        format!("http://{address}")
+    };
+    let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
+        .with_context(|| format!("invalid address {endpoint}"))?
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {endpoint}"))?;
+    Ok(LatheClient::new(channel)
+        .max_decoding_message_size(message_bytes)
+        .max_encoding_message_size(message_bytes))
+}
+
+/// The proto strategy a user names (`fixed`, `sentence`, `recursive`, `structure`, `auto`,
+/// `semantic`, `csv`, `code`).
+pub fn strategy_from_name(name: &str) -> anyhow::Result<proto::ChunkStrategy> {
+    let strategy = Strategy::from_name(&name.to_ascii_lowercase()).ok_or_else(|| {
+        let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+        anyhow::anyhow!(
+            "unknown strategy `{name}`: expected one of {}",
+            names.join(", ")
+        )
+    })?;
+    let proto_name = format!("CHUNK_STRATEGY_{}", strategy.name().to_ascii_uppercase());
+    proto::ChunkStrategy::from_str_name(&proto_name)
+        .with_context(|| format!("the API has no strategy {proto_name}"))
+}
+
+/// Streams `documents` to `collection` in messages of `batch` documents (at least one) with
+/// `wait`, so the answer comes once all of them are searchable: one call, whatever the corpus size
+/// (a unary upsert of a whole corpus would outlast its deadline).
+pub async fn upload_in_batches(
+    client: &mut LatheClient<Channel>,
+    collection: &str,
+    documents: Vec<proto::Document>,
+    batch: usize,
+) -> Result<proto::WriteResponse, tonic::Status> {
+    let batch = batch.max(1);
+    let mut messages = Vec::with_capacity(documents.len().div_ceil(batch));
+    let mut documents = documents.into_iter().peekable();
+    while documents.peek().is_some() {
+        messages.push(proto::UpsertDocumentsRequest {
+            collection: collection.to_string(),
+            documents: documents.by_ref().take(batch).collect(),
+            wait: true,
+        });
+    }
+    let response = client
+        .upload_documents(tokio_stream::iter(messages))
+        .await?;
+    Ok(response.into_inner())
+}
+
+/// A collection name no other run of this tool picks: `<prefix>-<pid>-<unix seconds>`.
+pub fn unique_collection_name(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since_epoch| since_epoch.as_secs())
+    )
+}
+
+/// The command that runs the `lathe` binary at `binary` as a server of its own, as the benchmark
+/// programs start one: a port-0 loopback listener, JSON logs on stderr (piped: the listening
+/// address is read from there), stdout dropped, its models from `models_dir`, its data in
+/// `data_dir`, `models.dense = dense`. Callers add their own `LATHE_*` settings before spawning.
+pub fn serve_command(binary: &Path, models_dir: &Path, data_dir: &Path, dense: &str) -> Command {
+    let mut command = Command::new(binary);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .arg("--models-dir")
+        .arg(models_dir)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("LATHE_MODELS__DENSE", dense)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null());
+    command
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategy_names_parse_case_insensitively_and_unknown_names_list_the_choices() {
+        assert_eq!(
+            strategy_from_name("Sentence").unwrap(),
+            proto::ChunkStrategy::Sentence
+        );
+        assert_eq!(
+            strategy_from_name("code").unwrap(),
+            proto::ChunkStrategy::Code
+        );
+        let message = strategy_from_name("unspecified").unwrap_err().to_string();
+        assert!(
+            message.contains("unknown strategy `unspecified`"),
+            "{message}"
+        );
+        let message = strategy_from_name("chapters").unwrap_err().to_string();
+        assert!(message.contains("fixed, sentence, recursive"), "{message}");
+    }
+}
