@@ -285,7 +285,7 @@ pub struct CacheConfig {
     /// Section cache: token offsets and term positions keyed by content hash (bytes). It spares
     /// a query the analysis of sections that earlier queries analysed: 64 MiB holds those of
     /// about ten thousand 256-token sections; at a million sections, four times that saved
-    /// 0.1–0.3 ms a query for about 180 MiB (BENCHMARKS.md, "Smaller caches").
+    /// 0.1–0.3 ms a query for about 180 MiB (docs/notebook/benchmarks-notebook.md, "Smaller caches").
     pub section_bytes: u64,
     /// Query-vector cache: query vectors keyed by model and normalised query text (bytes).
     pub query_vector_bytes: u64,

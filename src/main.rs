@@ -10,7 +10,7 @@ use lathe::config::{Config, ConfigOverrides, LogFormat};
 use lathe::launch;
 use lathe_tools::cli;
 
-/// jemalloc: glibc's allocator was a fifth of a lexical ingest's CPU (BENCHMARKS.md, "jemalloc").
+/// jemalloc: glibc's allocator was a fifth of a lexical ingest's CPU (docs/notebook/benchmarks-notebook.md, "jemalloc, and unseen ASCII words straight to WordPiece").
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -22,7 +22,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// - one arena for all threads. hnsw_rs's loader allocates a temporary of the same size class
 ///   beside each point's neighbour table and frees the temporaries at the end; segments loaded
 ///   side by side in arenas of their own leave those holes where no other load can reuse them
-///   (BENCHMARKS.md, "One allocator arena").
+///   (docs/notebook/benchmarks-notebook.md, "One allocator arena").
 #[cfg(not(target_env = "msvc"))]
 #[export_name = "_rjem_malloc_conf"]
 #[allow(non_upper_case_globals)]

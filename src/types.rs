@@ -97,7 +97,7 @@ pub struct CollectionSettings {
 
 /// The section size of a collection that sets none: small enough that the coarse stage ranks
 /// passages rather than whole chapters (measured on squad-a and covid-a against 128 and 1,024;
-/// see BENCHMARKS.md, "Smaller sections").
+/// see docs/notebook/benchmarks-notebook.md, "The defaults as shipped, covid-a").
 pub const DEFAULT_SECTION_TOKENS: u32 = 256;
 
 impl Default for CollectionSettings {

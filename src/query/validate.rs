@@ -175,7 +175,7 @@ pub fn budget_chunk_tokens(token_budget: u32, default_chunk_tokens: u32) -> u32 
 /// joined by half of it and by twice it, each at most the server's `default_chunk_tokens` (or the
 /// budget's size when that is larger), at most the budget and above the overlap: the candidates then range from about
 /// one sentence to a paragraph and the scores choose among them. Measured on both dev sets
-/// (BENCHMARKS.md, "Chunks of several sizes"): on squad-a, whose answers are phrases, the
+/// (docs/notebook/benchmarks-notebook.md, "Chunks of several sizes"): on squad-a, whose answers are phrases, the
 /// half-size chunks lift answer recall at 128 tokens from 0.872 to 0.912 on their own; on
 /// covid-a, whose answers are sentences of long papers, the double-size ones lift 256–1,024 by
 /// 0.02–0.03 on their own; the three sizes together keep most of both.
