@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks that the eval baseline splitter (src/eval/splitter.rs) cuts exactly like LangChain's
+# Checks that the eval baseline splitter (crates/lathe-tools/src/eval/splitter.rs) cuts exactly like LangChain's
 # RecursiveCharacterTextSplitter: same chunks, byte for byte, on every squad-a article and a few
 # adversarial texts, at chunk_size/overlap 400/0, 1000/200, 100/30 and 50/0.
 # Needs python3 (a venv with langchain-text-splitters is made under $WORK) and rustc.
@@ -27,7 +27,7 @@ with open("expected.txt", "w") as out:
                 out.write(f"{size} {overlap} {i} {c.encode('utf-8').hex()}\n")
 PY
 cat > check.rs <<RS
-#[path = "$repo/src/eval/splitter.rs"]
+#[path = "$repo/crates/lathe-tools/src/eval/splitter.rs"]
 mod splitter;
 use std::io::Read;
 fn main() {

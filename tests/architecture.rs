@@ -3,8 +3,9 @@
 //! name a module the rule lets it import. Arrows point down: the gRPC edge calls the service, the
 //! service runs the pipelines, the pipelines call the index and the leaves; nothing below the edge
 //! names tonic or prost, and nothing but `main.rs` names the tools crate. A module the table has
-//! no row for fails the test, so a new module gets a row before it gets code. Test modules
-//! (`#[cfg(test)] mod …`) are not checked: a unit test may build whatever it needs.
+//! no row for fails the test, so a new module gets a row before it gets code. Test modules and
+//! test-only helper functions (`#[cfg(test)] mod …`, `#[cfg(test)] fn …`) are not checked: a unit
+//! test may build whatever it needs.
 //!
 //! Between crates Cargo keeps the rule: the text crate (`tokens`, `tokenizer`, `sections`,
 //! `chunk`, re-exported at the server's root under those names) depends on no other crate of the
@@ -162,10 +163,14 @@ fn code_outside_tests(source: &str) -> String {
     let mut lines = source.lines().peekable();
     while let Some(line) = lines.next() {
         let trimmed = line.trim_start();
-        let next_is_module = lines.peek().is_some_and(|next| {
-            next.trim_start().starts_with("mod ") || next.trim_start().starts_with("pub mod ")
+        // A test module, or a test-only helper function beside the code.
+        let next_is_test_item = lines.peek().is_some_and(|next| {
+            let next = next.trim_start();
+            ["mod ", "pub mod ", "fn ", "pub fn ", "pub(crate) fn "]
+                .iter()
+                .any(|item| next.starts_with(item))
         });
-        if trimmed.starts_with("#[cfg(test)]") && next_is_module {
+        if trimmed.starts_with("#[cfg(test)]") && next_is_test_item {
             skip_block(&mut lines);
             continue;
         }
@@ -493,6 +498,10 @@ const MESSAGE: &str = "see crate::api for the edge";
 #[cfg(test)]
 mod tests {
     use crate::service::Engine;
+}
+#[cfg(test)]
+pub(crate) fn test_helper() -> u8 {
+    crate::query::helper()
 }
 "#;
     let modules = imported_modules(&code_outside_tests(source));
