@@ -11,8 +11,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-
-use crate::dense::{DenseCounters, DenseIndex, DenseIndexConfig};
 use std::time::{Duration, Instant};
 
 use tantivy::{Index, IndexReader, ReloadPolicy};
@@ -20,14 +18,15 @@ use tokio::sync::oneshot;
 
 use super::dense_upkeep::{open_dense_index, DenseUpkeep, SharedDenseIndex};
 use super::integrity::{Integrity, VerifiedDirectory};
-use super::reader::Snapshot;
 use super::records::WriteOp;
 use super::schema::{self, SchemaVersion, SectionFields};
+use super::snapshot::Snapshot;
 use super::storage;
 use super::writer::{
     CollectionWriter, CollectionWriterPool, CommitPayload, WriterCommand, WriterSettings,
 };
 use super::writer_pool::{SlotHandle, WriterPool};
+use crate::dense::{DenseCounters, DenseError, DenseIndex, DenseIndexConfig, LoadedIndex};
 use crate::error::{LatheError, Result};
 
 pub struct CollectionIndex {
@@ -107,25 +106,7 @@ impl CollectionIndex {
     ) -> Result<Self> {
         std::fs::create_dir_all(path).map_err(|e| storage::io_write_error(name, path, &e))?;
         let integrity = Integrity::opening(name);
-        let dense_dir = dense_dir(path);
-        // The dense segments load while tantivy's files are verified: neither reads the other's;
-        // they are checked against each other once both are open (`open_dense_index`).
-        let (opened, dense) = std::thread::scope(|scope| {
-            let loading = dense.map(|config| {
-                let dense_dir = &dense_dir;
-                scope.spawn(move || DenseIndex::load(dense_dir, config))
-            });
-            let opened = open_verified_index(path, name, &integrity).and_then(|(index, fields)| {
-                let reader = open_verified_reader(&index, name, &integrity)?;
-                Ok((index, fields, reader))
-            });
-            let dense = loading.map(|handle| {
-                handle
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            });
-            (opened, dense)
-        });
+        let (opened, dense) = open_files(path, name, dense, &integrity);
         let (index, fields, reader) = opened?;
         integrity.opened();
         let metas = index.load_metas()?;
@@ -303,6 +284,41 @@ pub fn dense_dir(index_path: &Path) -> PathBuf {
         Some(collection) if index_path.ends_with("index") => collection.join("dense"),
         _ => index_path.join("dense"),
     }
+}
+
+/// What [`open_files`] opened: tantivy's index, its fields and its reader, and the dense index's
+/// sealed segments when the neural stage is on.
+type OpenedFiles = (
+    Result<(Index, SectionFields, IndexReader)>,
+    Option<std::result::Result<LoadedIndex, DenseError>>,
+);
+
+/// Opens the collection's files in `path`. The dense segments load (when `dense` is on) while
+/// tantivy's files are verified: neither reads the other's; they are checked against each other
+/// once both are open (`open_dense_index`).
+fn open_files(
+    path: &Path,
+    name: &str,
+    dense: Option<DenseIndexConfig>,
+    integrity: &Arc<Integrity>,
+) -> OpenedFiles {
+    let dense_dir = dense_dir(path);
+    std::thread::scope(|scope| {
+        let loading = dense.map(|config| {
+            let dense_dir = &dense_dir;
+            scope.spawn(move || DenseIndex::load(dense_dir, config))
+        });
+        let opened = open_verified_index(path, name, integrity).and_then(|(index, fields)| {
+            let reader = open_verified_reader(&index, name, integrity)?;
+            Ok((index, fields, reader))
+        });
+        let dense = loading.map(|handle| {
+            handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        });
+        (opened, dense)
+    })
 }
 
 /// The tantivy index in `path` (created when absent, with today's schema) and its fields, its

@@ -4,7 +4,7 @@
 
 use tantivy::DocAddress;
 
-use super::collection::CollectionIndex;
+use super::handle::CollectionIndex;
 use super::section_document::{decode_verified_section, first_vector_row};
 use crate::error::{LatheError, Result};
 
@@ -37,8 +37,8 @@ impl CollectionIndex {
 
 #[cfg(test)]
 mod tests {
+    use super::super::records::{section_key, WriteOp};
     use super::super::testing::{document, open_dense, vector_bytes, write_and_wait};
-    use super::super::{section_key, WriteOp};
 
     #[test]
     fn stored_section_vectors_are_the_live_sections_vectors_as_written() {

@@ -5,14 +5,12 @@
 use std::path::Path;
 
 use super::fault::Fault;
-use super::{is_valid_collection_name, StoredSettings};
+use super::settings::{is_valid_collection_name, StoredSettings};
 use crate::error::{LatheError, Result};
 
 pub(super) const COLLECTIONS_DIR: &str = "collections";
 pub(super) const SETTINGS_FILE: &str = "collection.json";
 pub(super) const INDEX_DIR: &str = "index";
-/// tantivy's index metadata; an index without it is not an index.
-pub(super) const META_FILE: &str = "meta.json";
 pub(super) const CREATING_PREFIX: &str = ".creating-";
 pub(super) const DELETING_PREFIX: &str = ".deleting-";
 

@@ -17,10 +17,10 @@ use tantivy::{Index, IndexReader, IndexWriter, Term};
 use tokio::sync::oneshot;
 
 use super::dense_upkeep::DenseUpkeep;
-use super::reader::Snapshot;
 use super::records::WriteOp;
 use super::schema::SectionFields;
 use super::section_document::section_documents;
+use super::snapshot::Snapshot;
 use super::storage;
 use super::writer_pool::{JobState, Permit, WriterJob, WriterPool};
 use crate::error::{LatheError, Result};
@@ -81,7 +81,7 @@ pub struct CollectionWriter {
     pub(super) snapshot: Arc<RwLock<Arc<Snapshot>>>,
     /// Present when the collection has a dense index.
     pub(super) dense: Option<DenseUpkeep>,
-    /// See [`CollectionIndex::commit_seqlock`](super::CollectionIndex::commit_seqlock).
+    /// See [`CollectionIndex::commit_seqlock`](crate::index::CollectionIndex::commit_seqlock).
     pub(super) commit_seqlock: Arc<AtomicU64>,
     /// `wait` writes applied but not yet committed.
     pub(super) waiters: Vec<oneshot::Sender<Result<u64>>>,

@@ -3,17 +3,18 @@
 //! beside the ready ones. Also how the cause is found: the index metadata checked before tantivy
 //! opens the index, and the segment file that fails its footer checksum named after tantivy
 //! failed without naming one.
+//!
+//! [`CollectionEntry::Faulted`]: super::entry::CollectionEntry::Faulted
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use super::folders::META_FILE;
-use super::{OpenCollection, StoredSettings};
 use crate::error::LatheError;
 
 /// The longest cause a fault keeps: tantivy quotes a whole garbled meta.json in its message.
 pub(super) const MAX_CAUSE_CHARS: usize = 400;
+/// tantivy's index metadata; an index without it is not an index.
+pub(super) const META_FILE: &str = "meta.json";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultKind {
@@ -67,46 +68,6 @@ impl Fault {
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.path.display(), self.cause)
-    }
-}
-
-/// A collection that cannot serve; its folder is kept as it was found.
-pub struct FaultedCollection {
-    pub name: String,
-    pub fault: Fault,
-    /// Its settings, when `collection.json` could be read.
-    pub settings: Option<StoredSettings>,
-}
-
-/// What the catalog holds for one collection name.
-pub enum CollectionEntry<T> {
-    Ready(Arc<OpenCollection<T>>),
-    Faulted(Arc<FaultedCollection>),
-}
-
-impl<T> Clone for CollectionEntry<T> {
-    fn clone(&self) -> Self {
-        match self {
-            Self::Ready(open) => Self::Ready(Arc::clone(open)),
-            Self::Faulted(faulted) => Self::Faulted(Arc::clone(faulted)),
-        }
-    }
-}
-
-impl<T> CollectionEntry<T> {
-    pub fn name(&self) -> &str {
-        match self {
-            Self::Ready(open) => &open.name,
-            Self::Faulted(faulted) => &faulted.name,
-        }
-    }
-
-    /// The open collection, if any.
-    pub(super) fn open_collection(&self) -> Option<&Arc<OpenCollection<T>>> {
-        match self {
-            Self::Ready(open) => Some(open),
-            Self::Faulted(_) => None,
-        }
     }
 }
 

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{section_key, CollectionIndex, DocumentRecord, SectionRecord, WriteOp};
+use super::handle::CollectionIndex;
+use super::records::{section_key, DocumentRecord, SectionRecord, WriteOp};
 use crate::embed::{QuantizedVectors, VectorMatrix};
 use crate::error::Result;
 

@@ -25,10 +25,10 @@ use tantivy::schema::IndexRecordOption;
 use tantivy::{DocAddress, Searcher, Term};
 
 use super::integrity::Integrity;
-use super::reader::{stored_document_id, Snapshot};
 use super::records::DocumentRecord;
 use super::schema::SectionFields;
 use super::section_document::{decode_verified_section, first_vector_row};
+use super::snapshot::{stored_document_id, Snapshot};
 use crate::dense::{DenseIndex, LoadedIndex};
 use crate::error::{LatheError, Result};
 
@@ -287,8 +287,9 @@ fn replay_stored_vectors(
 
 #[cfg(test)]
 mod tests {
+    use super::super::handle::CollectionIndex;
+    use super::super::records::{section_key, WriteOp};
     use super::super::testing::{document, open_dense, vector_bytes, write_and_wait};
-    use super::super::{section_key, CollectionIndex, WriteOp};
     use super::*;
     use crate::types::{DenseStats, Filter};
 

@@ -1,0 +1,614 @@
+//! The catalog: the collections of a data dir, each in a folder of `data_dir/collections/`
+//! named after it, created, opened (a few at a time, see `parallel`), listed and deleted as
+//! described in the module doc of `index`. It stands on `collection` and is never imported by it.
+//!
+//! Files import one way, bottom up: `settings` (the name rule, [`StoredSettings`]), `fault`
+//! ([`Fault`]) and `lock` first; `folders` (the layout, leftovers, the settings file) over
+//! `settings` and `fault`; `entry` ([`CollectionEntry`]) over `settings`, `fault` and the
+//! collection's handle; this file, the [`Catalog`], over all of them.
+
+mod entry;
+mod fault;
+mod folders;
+pub mod lock;
+mod parallel;
+mod settings;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+pub use entry::{CollectionEntry, FaultedCollection, OpenCollection};
+pub use fault::{Fault, FaultKind};
+pub use lock::DataDirLock;
+pub use settings::{is_valid_collection_name, StoredSettings};
+
+use fault::{check_index_meta, diagnose_index};
+use folders::{
+    classify, read_settings, remove_leftover, sync_dir, write_settings, Found, COLLECTIONS_DIR,
+    CREATING_PREFIX, DELETING_PREFIX, INDEX_DIR, SETTINGS_FILE,
+};
+
+use crate::dense::DenseIndexConfig;
+use crate::error::{LatheError, Result};
+use crate::index::collection::{CollectionIndex, CollectionWriterPool, WriterSettings};
+
+/// Collections opened at once at start.
+const OPEN_THREADS: usize = 8;
+
+/// The collections under `data_dir/collections/`, each in a folder named after it.
+pub struct Catalog<T> {
+    root: PathBuf,
+    writer_settings: WriterSettings,
+    dense: Option<DenseIndexConfig>,
+    entries: RwLock<BTreeMap<String, CollectionEntry<T>>>,
+    /// Serialises creates and deletes, so that each checks and changes the folders and the
+    /// listing as one step while `entries` (which every call reads) is write-locked only for the
+    /// moment of the change, never while folders are synced or writers stop.
+    changing: Mutex<()>,
+    /// Held from `open` until `shutdown`: no other server opens these collections meanwhile,
+    /// which is also what makes a staging folder found at open a leftover of a dead process.
+    lock: Mutex<Option<DataDirLock>>,
+    /// Applies every collection's writes (declared last: dropped after the collections).
+    writer_pool: CollectionWriterPool,
+}
+
+/// What opening one collection needs, shared by the threads that open them at start.
+struct Opener<'a> {
+    root: &'a Path,
+    writer_settings: &'a WriterSettings,
+    writer_pool: &'a CollectionWriterPool,
+    dense: Option<DenseIndexConfig>,
+}
+
+impl<T> Catalog<T> {
+    /// Opens every collection found under `data_dir` (several at once); `attach` builds the
+    /// service's part of each, or says why it cannot (the collection is then listed as faulted).
+    /// Only a collections folder that cannot be created or listed is an error: one collection
+    /// never stops the rest.
+    pub fn open(
+        lock: DataDirLock,
+        data_dir: &Path,
+        writer_settings: WriterSettings,
+        dense: Option<DenseIndexConfig>,
+        attach: impl Fn(&str, &StoredSettings) -> Result<T, Fault> + Sync,
+    ) -> Result<Self>
+    where
+        T: Send + Sync,
+    {
+        let root = data_dir.join(COLLECTIONS_DIR);
+        std::fs::create_dir_all(&root)
+            .map_err(|e| LatheError::io(format!("creating {}", root.display()), e))?;
+        let writer_pool = CollectionWriterPool::new(
+            writer_settings.threads,
+            writer_settings.max_open_writers,
+            "lathe-writer",
+        )
+        .map_err(|e| LatheError::io("spawning the index writer threads", e))?;
+        let listing = std::fs::read_dir(&root)
+            .map_err(|e| LatheError::io(format!("listing {}", root.display()), e))?;
+        let mut names = Vec::new();
+        for item in listing {
+            let item =
+                item.map_err(|e| LatheError::io(format!("listing {}", root.display()), e))?;
+            let path = item.path();
+            match classify(&item) {
+                Found::Collection(name) => names.push(name),
+                Found::Leftover => remove_leftover(&path),
+                Found::Unknown(why) => {
+                    tracing::warn!(path = %path.display(), why, "not a collection; left as it is")
+                }
+            }
+        }
+        // Opening reads every index's metadata and verifies its files: mostly waiting on the disk
+        // for many small collections, so a few at a time, whatever the core count.
+        let opener = Opener {
+            root: &root,
+            writer_settings: &writer_settings,
+            writer_pool: &writer_pool,
+            dense: dense.clone(),
+        };
+        let opened = parallel::map_in_parallel(names, OPEN_THREADS, |name| {
+            let entry = opener.open_collection(&name, &attach);
+            (name, entry)
+        });
+        let entries: BTreeMap<_, _> = opened.into_iter().collect();
+        Ok(Self {
+            root,
+            writer_settings,
+            dense,
+            entries: RwLock::new(entries),
+            changing: Mutex::new(()),
+            lock: Mutex::new(Some(lock)),
+            writer_pool,
+        })
+    }
+
+    /// The open collection `name`, or why there is none to serve.
+    pub fn get(&self, name: &str) -> Result<Arc<OpenCollection<T>>> {
+        match self.entry(name)? {
+            CollectionEntry::Ready(open) => Ok(open),
+            CollectionEntry::Faulted(faulted) => Err(faulted.fault.error(name)),
+        }
+    }
+
+    pub fn entry(&self, name: &str) -> Result<CollectionEntry<T>> {
+        self.read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| LatheError::CollectionNotFound {
+                name: name.to_string(),
+            })
+    }
+
+    /// Every collection, ready or faulted, by name.
+    pub fn entries(&self) -> Vec<CollectionEntry<T>> {
+        self.read().values().cloned().collect()
+    }
+
+    /// Creates a collection atomically: it is built in a hidden folder and renamed into place.
+    /// A failure leaves neither a listed collection nor a folder that would appear at restart.
+    pub fn create(
+        &self,
+        name: &str,
+        settings: StoredSettings,
+        extra: T,
+    ) -> Result<Arc<OpenCollection<T>>> {
+        debug_assert!(is_valid_collection_name(name));
+        let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        if self.read().contains_key(name) {
+            return Err(LatheError::CollectionExists {
+                name: name.to_string(),
+            });
+        }
+        let target = self.root.join(name);
+        let refused =
+            |action: &str, path: &Path, source: std::io::Error| LatheError::StorageRefused {
+                name: name.to_string(),
+                action: action.to_string(),
+                path: path.to_path_buf(),
+                source,
+            };
+        if target.symlink_metadata().is_ok() {
+            // Put there by hand after this server started: never build over it.
+            return Err(refused(
+                "creating the collection folder",
+                &target,
+                std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "a folder of that name appeared after the server started; move it away or restart the server to open it",
+                ),
+            ));
+        }
+        let staging = self.root.join(format!("{CREATING_PREFIX}{name}"));
+        let built = self.build_staging(name, &staging, &settings);
+        if let Err(error) = built {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(error);
+        }
+        if let Err(source) = std::fs::rename(&staging, &target) {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(refused(
+                &format!("renaming {} into place", staging.display()),
+                &target,
+                source,
+            ));
+        }
+        if let Err(error) = sync_dir(&self.root) {
+            self.unpublish_or_log(name, &target, &staging);
+            return Err(error);
+        }
+        let index = match CollectionIndex::open(
+            &target.join(INDEX_DIR),
+            name,
+            self.dense.clone(),
+            &self.writer_settings,
+            &self.writer_pool,
+        ) {
+            Ok(index) => index,
+            Err(error) => {
+                // Unpublish, so that the failed create does not appear at the next start.
+                self.unpublish_or_log(name, &target, &staging);
+                return Err(error);
+            }
+        };
+        let collection = Arc::new(OpenCollection {
+            name: name.to_string(),
+            settings,
+            index,
+            extra,
+        });
+        self.write().insert(
+            name.to_string(),
+            CollectionEntry::Ready(Arc::clone(&collection)),
+        );
+        Ok(collection)
+    }
+
+    /// Writes the settings and an empty index into the staging folder.
+    fn build_staging(&self, name: &str, staging: &Path, settings: &StoredSettings) -> Result<()> {
+        // A leftover of an earlier failed create of this name: ours to clear.
+        let _ = std::fs::remove_dir_all(staging);
+        std::fs::create_dir_all(staging).map_err(|source| LatheError::StorageRefused {
+            name: name.to_string(),
+            action: "creating the staging folder".into(),
+            path: staging.to_path_buf(),
+            source,
+        })?;
+        write_settings(staging, settings).map_err(|source| LatheError::StorageRefused {
+            name: name.to_string(),
+            action: "writing the settings".into(),
+            path: staging.join(SETTINGS_FILE),
+            source,
+        })?;
+        // Create the empty index on disk before the rename; it is opened in place afterwards.
+        drop(CollectionIndex::open(
+            &staging.join(INDEX_DIR),
+            name,
+            self.dense.clone(),
+            &self.writer_settings,
+            &self.writer_pool,
+        )?);
+        Ok(())
+    }
+
+    fn unpublish_or_log(&self, name: &str, target: &Path, staging: &Path) {
+        let unpublished = std::fs::rename(target, staging)
+            .and_then(|()| std::fs::File::open(&self.root).and_then(|dir| dir.sync_all()));
+        match unpublished {
+            Ok(()) => {
+                let _ = std::fs::remove_dir_all(staging);
+            }
+            Err(error) => {
+                tracing::error!(collection = %name, path = %target.display(), %error, "a failed create could not be undone; the empty collection will be opened at the next start");
+            }
+        }
+    }
+
+    /// Deletes a collection, ready or faulted, all or nothing: its folder is renamed away first,
+    /// while the collection keeps serving; only once that rename is durable is it unlisted, its
+    /// writer stopped and the folder removed. A refused rename changes nothing.
+    pub fn delete(&self, name: &str) -> Result<()> {
+        let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = self.entry(name)?;
+        let target = self.root.join(name);
+        let doomed = self.root.join(format!("{DELETING_PREFIX}{name}"));
+        let refused = |action: String, path: &Path, source: std::io::Error| {
+            tracing::warn!(collection = %name, path = %path.display(), %source, "delete refused by the filesystem; the collection is unchanged");
+            LatheError::StorageRefused {
+                name: name.to_string(),
+                action,
+                path: path.to_path_buf(),
+                source,
+            }
+        };
+        if doomed.symlink_metadata().is_ok() {
+            // The leftover of an earlier delete whose removal failed: a rename onto it would fail.
+            std::fs::remove_dir_all(&doomed).map_err(|source| {
+                refused(
+                    "removing the leftover of an earlier delete".into(),
+                    &doomed,
+                    source,
+                )
+            })?;
+        }
+        std::fs::rename(&target, &doomed).map_err(|source| {
+            refused(
+                format!("renaming the folder to {}", doomed.display()),
+                &target,
+                source,
+            )
+        })?;
+        // From here the delete has happened: a crash leaves `.deleting-<name>`, removed at start.
+        if let Err(error) = sync_dir(&self.root) {
+            tracing::warn!(collection = %name, %error, "syncing the collections folder after the rename failed; removing the collection anyway");
+        }
+        self.write().remove(name);
+        if let Some(open) = entry.open_collection() {
+            // Commits it may still hold go to a folder that is no longer there, and fail harmlessly.
+            open.index.shutdown();
+        }
+        if let Err(error) = std::fs::remove_dir_all(&doomed) {
+            tracing::warn!(collection = %name, path = %doomed.display(), %error, "removing a deleted collection's folder failed; it is removed at the next start");
+        }
+        Ok(())
+    }
+
+    /// Commits and stops every collection's writer (the pool's workers stop them side by side),
+    /// then releases the data dir.
+    pub fn shutdown(&self) {
+        let stopping: Vec<_> = self
+            .entries()
+            .iter()
+            .filter_map(|entry| {
+                entry
+                    .open_collection()
+                    .map(|open| open.index.begin_shutdown())
+            })
+            .collect();
+        for stopped in stopping {
+            let _ = stopped.recv();
+        }
+        drop(self.lock.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    /// Index writers open now (each costs threads, a file lock and memory; see `WriterPool`).
+    pub fn open_writers(&self) -> usize {
+        self.writer_pool.open_writers()
+    }
+
+    /// Writers closed so far to make room for another collection's: rising steadily, it says
+    /// more collections are written at once than `storage.max_open_writers`.
+    pub fn writer_evictions(&self) -> u64 {
+        self.writer_pool.evictions()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, CollectionEntry<T>>> {
+        self.entries.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, CollectionEntry<T>>> {
+        self.entries.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Opener<'_> {
+    /// Opens the collection in `root/name`, or says why it cannot serve.
+    fn open_collection<T>(
+        &self,
+        name: &str,
+        attach: &impl Fn(&str, &StoredSettings) -> Result<T, Fault>,
+    ) -> CollectionEntry<T> {
+        let folder = self.root.join(name);
+        let faulted = |fault: Fault, settings: Option<StoredSettings>| {
+            tracing::error!(collection = %name, file = %fault.path.display(), cause = %fault.cause, kind = ?fault.kind, "collection cannot be opened; it is kept as found and the other collections serve");
+            CollectionEntry::Faulted(Arc::new(FaultedCollection {
+                name: name.to_string(),
+                fault,
+                settings,
+            }))
+        };
+        let settings = match read_settings(&folder) {
+            Ok(settings) => settings,
+            Err(fault) => return faulted(fault, None),
+        };
+        let index_dir = folder.join(INDEX_DIR);
+        // `CollectionIndex::open` would make an empty index where the metadata is missing, and tantivy's
+        // next commit would then collect the old segment files as garbage.
+        if let Err(fault) = check_index_meta(&index_dir) {
+            return faulted(fault, Some(settings));
+        }
+        // Before the index: a collection that cannot serve never starts a writer on its files.
+        let extra = match attach(name, &settings) {
+            Ok(extra) => extra,
+            Err(fault) => return faulted(fault, Some(settings)),
+        };
+        let index = match CollectionIndex::open(
+            &index_dir,
+            name,
+            self.dense.clone(),
+            self.writer_settings,
+            self.writer_pool,
+        ) {
+            Ok(index) => index,
+            // Written by another version of Lathe: intact, but not readable by this one.
+            Err(LatheError::IncompatibleIndex { reason, .. }) => {
+                return faulted(Fault::offline(&index_dir, reason), Some(settings))
+            }
+            Err(error) => return faulted(diagnose_index(&index_dir, &error), Some(settings)),
+        };
+        tracing::info!(collection = %name, generation = index.snapshot().generation, "opened collection");
+        CollectionEntry::Ready(Arc::new(OpenCollection {
+            name: name.to_string(),
+            settings,
+            index,
+            extra,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fault::{MAX_CAUSE_CHARS, META_FILE};
+    use super::*;
+
+    fn settings() -> StoredSettings {
+        StoredSettings {
+            budget_tokenizer: "minilm".into(),
+            section_tokens: 1024,
+            default_strategy: None,
+            default_max_tokens: None,
+            default_overlap_tokens: None,
+            log_created: None,
+        }
+    }
+
+    fn open_catalog(data_dir: &Path) -> Catalog<()> {
+        open_with(data_dir, |_, _| Ok(()))
+    }
+
+    fn open_with(
+        data_dir: &Path,
+        attach: impl Fn(&str, &StoredSettings) -> Result<(), Fault> + Sync,
+    ) -> Catalog<()> {
+        let lock = DataDirLock::acquire(data_dir).unwrap();
+        let writer_settings = WriterSettings {
+            memory_bytes: 15 << 20,
+            indexing_threads: 1,
+            commit_interval: std::time::Duration::from_secs(3600),
+            idle_close: std::time::Duration::from_secs(60),
+            threads: 1,
+            max_open_writers: 2,
+        };
+        Catalog::open(lock, data_dir, writer_settings, None, attach).unwrap()
+    }
+
+    fn fault_of(catalog: &Catalog<()>, name: &str) -> Fault {
+        match catalog.entry(name).unwrap() {
+            CollectionEntry::Faulted(faulted) => faulted.fault.clone(),
+            CollectionEntry::Ready(_) => panic!("{name} is ready"),
+        }
+    }
+
+    #[test]
+    fn only_the_catalogs_own_leftovers_are_removed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join(COLLECTIONS_DIR);
+        let catalog = open_catalog(dir.path());
+        catalog.create("docs", settings(), ()).unwrap();
+        catalog.shutdown();
+        drop(catalog);
+        let unfinished_create = root.join(".creating-new");
+        std::fs::create_dir_all(unfinished_create.join(INDEX_DIR)).unwrap();
+        std::fs::write(unfinished_create.join(SETTINGS_FILE), b"{}").unwrap();
+        let unfinished_delete = root.join(".deleting-old");
+        std::fs::create_dir_all(unfinished_delete.join("index")).unwrap();
+        let kept = [
+            root.join(".creating-mine"),
+            root.join(".deleting-not a name"),
+            root.join("backup.old"),
+            root.join(".snapshot"),
+        ];
+        for folder in &kept {
+            std::fs::create_dir_all(folder).unwrap();
+            std::fs::write(folder.join("notes.txt"), b"an operator's").unwrap();
+        }
+        std::fs::write(root.join("README"), b"a file").unwrap();
+
+        let catalog = open_catalog(dir.path());
+        assert!(matches!(
+            catalog.entry("docs").unwrap(),
+            CollectionEntry::Ready(_)
+        ));
+        assert!(!unfinished_create.exists() && !unfinished_delete.exists());
+        for folder in &kept {
+            assert!(folder.join("notes.txt").exists(), "{}", folder.display());
+        }
+        assert!(root.join("README").exists());
+        let names: Vec<String> = catalog
+            .entries()
+            .iter()
+            .map(|e| e.name().to_string())
+            .collect();
+        assert_eq!(names, ["docs"]);
+    }
+
+    #[test]
+    fn a_collection_that_cannot_open_is_kept_listed_and_deletable() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join(COLLECTIONS_DIR);
+        let catalog = open_catalog(dir.path());
+        for name in ["no-settings", "no-meta", "offline", "fine"] {
+            catalog.create(name, settings(), ()).unwrap();
+        }
+        catalog.shutdown();
+        drop(catalog);
+        std::fs::remove_file(root.join("no-settings").join(SETTINGS_FILE)).unwrap();
+        std::fs::remove_file(root.join("no-meta/index").join(META_FILE)).unwrap();
+        let files_of = |name: &str| {
+            let mut files: Vec<_> = std::fs::read_dir(root.join(name).join(INDEX_DIR))
+                .map(|listing| listing.map(|item| item.unwrap().file_name()).collect())
+                .unwrap_or_default();
+            files.sort();
+            files
+        };
+        let no_meta_files = files_of("no-meta");
+
+        let catalog = open_with(dir.path(), |name, _| {
+            if name == "offline" {
+                Err(Fault::offline("/models/gone.json", "missing"))
+            } else {
+                Ok(())
+            }
+        });
+        let fault = fault_of(&catalog, "no-settings");
+        assert_eq!(fault.kind, FaultKind::Damaged);
+        assert_eq!(fault.path, root.join("no-settings").join(SETTINGS_FILE));
+        assert!(matches!(
+            catalog.get("no-settings"),
+            Err(LatheError::CollectionDamaged { .. })
+        ));
+        // An empty index was not created in place of the missing metadata.
+        assert_eq!(
+            fault_of(&catalog, "no-meta").path,
+            root.join("no-meta/index").join(META_FILE)
+        );
+        assert_eq!(files_of("no-meta"), no_meta_files);
+        assert!(matches!(
+            catalog.get("offline"),
+            Err(LatheError::CollectionOffline { .. })
+        ));
+        assert!(catalog.get("fine").is_ok());
+
+        for name in ["no-settings", "no-meta", "offline"] {
+            catalog.delete(name).unwrap();
+            assert!(!root.join(name).exists());
+            catalog.create(name, settings(), ()).unwrap();
+            assert!(catalog.get(name).is_ok());
+        }
+        catalog.shutdown();
+    }
+
+    #[test]
+    fn a_corrupt_meta_file_is_named_with_its_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = open_catalog(dir.path());
+        catalog.create("empty", settings(), ()).unwrap();
+        catalog.create("garbage", settings(), ()).unwrap();
+        catalog.shutdown();
+        drop(catalog);
+        let meta = |name: &str| {
+            dir.path()
+                .join(COLLECTIONS_DIR)
+                .join(name)
+                .join(INDEX_DIR)
+                .join(META_FILE)
+        };
+        std::fs::write(meta("empty"), b"").unwrap();
+        std::fs::write(meta("garbage"), "x".repeat(10_000)).unwrap();
+        let catalog = open_catalog(dir.path());
+        assert_eq!(
+            fault_of(&catalog, "empty"),
+            Fault::damaged(meta("empty"), "the file is empty")
+        );
+        let garbage = fault_of(&catalog, "garbage");
+        assert!(garbage.cause.starts_with("not valid JSON"), "{garbage}");
+        assert!(garbage.cause.chars().count() <= MAX_CAUSE_CHARS + 1);
+    }
+
+    #[test]
+    fn a_folder_put_in_place_by_hand_is_never_built_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = open_catalog(dir.path());
+        let by_hand = dir.path().join(COLLECTIONS_DIR).join("late");
+        std::fs::create_dir_all(&by_hand).unwrap();
+        std::fs::write(by_hand.join("notes.txt"), b"mine").unwrap();
+        let error = catalog
+            .create("late", settings(), ())
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(error, LatheError::StorageRefused { ref path, .. } if *path == by_hand),
+            "{error}"
+        );
+        assert!(by_hand.join("notes.txt").exists());
+        assert!(!dir
+            .path()
+            .join(COLLECTIONS_DIR)
+            .join(".creating-late")
+            .exists());
+    }
+
+    #[test]
+    fn the_data_dir_lock_is_released_at_shutdown() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = open_catalog(dir.path());
+        assert!(matches!(
+            DataDirLock::acquire(dir.path()),
+            Err(LatheError::DataDirLocked { .. })
+        ));
+        catalog.shutdown();
+        // The catalog is still alive, but the next server may start.
+        DataDirLock::acquire(dir.path()).unwrap();
+    }
+}
