@@ -31,7 +31,7 @@ struct SegmentStore {
 /// its hits in store order ([`CollectionIndex::read_found`]), so it decompresses each block
 /// once whatever this keeps; what it keeps serves the next queries. tantivy's default of 100
 /// held 23 MB at a million sections (14 segments), for blocks that another query seldom reads,
-/// and grows with every segment of every collection (BENCHMARKS.md, "Smaller caches").
+/// and grows with every segment of every collection (docs/notebook/benchmarks-notebook.md, "Smaller caches").
 ///
 /// [`CollectionIndex::read_found`]: crate::index::CollectionIndex::read_found
 const STORE_CACHE_BLOCKS: usize = 8;
