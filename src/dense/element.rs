@@ -268,19 +268,13 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_util::random_components;
     use super::*;
     use crate::embed::{cosine, dot};
 
     /// Deterministic pseudo-random vectors (xorshift), components in [-1, 1].
     fn vector(dim: usize, mut seed: u64) -> Vec<f32> {
-        (0..dim)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                (seed % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
+        random_components(dim, &mut seed)
     }
 
     fn unit(dim: usize, seed: u64) -> Vec<f32> {
