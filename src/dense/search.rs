@@ -54,7 +54,7 @@ static SEARCH_WAIT_MAX_NANOS: AtomicU64 = AtomicU64::new(0);
 /// rejected is dropped afterwards. Its filtered search is no such walk with a check: once the
 /// plain search would stop, it walks on while any candidate is left and checks the filter over the
 /// whole list at every step: on a graph of 320k vectors, two to three times the plain walk's time
-/// at the same `ef`, and a third more for the same recall (BENCHMARKS.md, "A plain graph walk").
+/// at the same `ef`, and a third more for the same recall (docs/notebook/benchmarks-notebook.md, "A plain graph walk").
 /// Only when the plain walk leaves fewer than `k` (more than `ef - k` of its candidates dead or
 /// rejected) is the filtered search run, so a segment full of tombstones still answers in full.
 fn search_segment(
