@@ -13,13 +13,13 @@
 //! - [`query`]: the read stages: validate → embed → coarse → analyze → rechunk → score → pack →
 //!   assemble.
 //! - [`index`]: collections on disk; tantivy indexes of sections; the writer and snapshots.
-//! - [`replication`]: with `replication.nats_url` set, the write log on NATS JetStream that every
+//! - `replication`: with `replication.nats_url` set, the write log on NATS JetStream that every
 //!   replica applies.
 //! - [`sections`], [`chunk`], [`tokens`], [`tokenizer`]: the text crate (`lathe-text`),
 //!   re-exported under the paths the server's modules use: sections by structure at ingest,
 //!   chunking at query time, token offsets and the budget tokenizers.
-//! - Leaves usable by any layer: [`content_hash`], [`cpu_pool`], [`config`], [`error`],
-//!   [`types`].
+//! - Leaves usable by any layer: `content_hash`, `cpu_pool`, [`config`], [`error`], [`types`],
+//!   `telemetry` (the crate's own: only what a test, a bench or the binary names is `pub`).
 //! - [`launch`]: what `lathe serve` runs; [`dense_recall`]: the hidden `lathe dense-recall`.
 //!
 //! The client side (`lathe ingest`/`query`/`eval`, the benchmark programs) is the `lathe-tools`
@@ -27,8 +27,8 @@
 
 pub mod api;
 pub mod config;
-pub mod content_hash;
-pub mod cpu_pool;
+mod content_hash;
+mod cpu_pool;
 pub mod dense;
 pub mod dense_recall;
 pub mod embed;
@@ -37,9 +37,9 @@ pub mod index;
 pub mod ingest;
 pub mod launch;
 pub mod query;
-pub mod replication;
+mod replication;
 pub mod service;
-pub mod telemetry;
+mod telemetry;
 pub mod types;
 
 pub use lathe_text::{chunk, sections, tokenizer, tokens};

@@ -1,13 +1,13 @@
 //! The gRPC edge: generated proto types, conversions, the status mapping, thin handlers, and the
 //! server with health and reflection. Proto types and tonic stay in this module.
 
-pub mod auth;
+mod auth;
 pub mod convert;
-pub mod deadline;
-pub mod grpc;
+mod deadline;
+mod grpc;
 mod in_process;
-pub mod incoming;
-pub mod status;
+pub(crate) mod incoming;
+mod status;
 
 pub use in_process::InProcessServer;
 
