@@ -1,7 +1,10 @@
 //! A `lathe serve` process a tool starts for itself: "start a server here unless `--addr` names
-//! one". The tools reach the server only through its gRPC API, so the server they start is the
-//! real binary in a process of its own, on a port-0 loopback listener, with a temporary data
-//! folder; the listening address is read from its JSON log line `lathe serving`.
+//! one" (`lathe eval`, `lathe-load`: a temporary data folder), and the servers the benchmark
+//! programs start, stop and kill on data folders of their own (`lathe-bench`, `lathe-replicas`).
+//! The tools reach the server only through its gRPC API, so the server they start is the real
+//! binary in a process of its own, on a port-0 loopback listener; the listening address is read
+//! from its JSON log line `lathe serving`. One implementation for all of them: spawning, reading
+//! the log, waiting to serve, SIGTERM and SIGKILL.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};

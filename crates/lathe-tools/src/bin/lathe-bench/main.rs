@@ -151,7 +151,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let corpus = load_corpus(&args.corpus)?;
     let binary = match &args.lathe {
         Some(binary) => binary.clone(),
-        None => lathe_binary()?,
+        None => lathe_binary().context("no --lathe given")?,
     };
     let (_temporary, work_dir) = match &args.work_dir {
         Some(dir) => (None, dir.clone()),
