@@ -3,7 +3,7 @@
 //! uploading in batches. Nothing here knows the service: it speaks only the gRPC API.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use anyhow::Context;
 use lathe_text::chunk::Strategy;
@@ -11,6 +11,7 @@ use tonic::transport::Channel;
 
 use crate::proto;
 use crate::proto::lathe_client::LatheClient;
+use crate::server_process::loopback_serve_command;
 
 /// The largest message a client sends or accepts by default: the server's default limit.
 pub const DEFAULT_CLIENT_MESSAGE_BYTES: usize = 64 << 20;
@@ -97,16 +98,8 @@ pub fn unique_collection_name(prefix: &str) -> String {
 /// address is read from there), stdout dropped, its models from `models_dir`, its data in
 /// `data_dir`, `models.dense = dense`. Callers add their own `LATHE_*` settings before spawning.
 pub fn serve_command(binary: &Path, models_dir: &Path, data_dir: &Path, dense: &str) -> Command {
-    let mut command = Command::new(binary);
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
-        .arg("--models-dir")
-        .arg(models_dir)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("LATHE_MODELS__DENSE", dense)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null());
+    let mut command = loopback_serve_command(binary, models_dir, data_dir);
+    command.env("LATHE_MODELS__DENSE", dense);
     command
 }
 

@@ -5,13 +5,15 @@
 //!
 //! - [`client`]: connecting, strategy names, uploads in batches.
 //! - [`server_process`]: a `lathe serve` child process on a loopback port, for a tool run
-//!   without `--addr`.
+//!   without `--addr` and for the benchmark programs' servers.
+//! - [`proc_status`]: a process's resident memory and CPU time, from `/proc`.
 //! - [`cli`]: the client subcommands' arguments and their runs.
 //! - [`eval`]: datasets, answer scoring, the report and its plots.
 
 pub mod cli;
 pub mod client;
 pub mod eval;
+pub mod proc_status;
 pub mod server_process;
 
 /// The generated `lathe.v1` API the tools speak.

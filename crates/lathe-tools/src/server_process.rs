@@ -1,7 +1,10 @@
 //! A `lathe serve` process a tool starts for itself: "start a server here unless `--addr` names
-//! one". The tools reach the server only through its gRPC API, so the server they start is the
-//! real binary in a process of its own, on a port-0 loopback listener, with a temporary data
-//! folder; the listening address is read from its JSON log line `lathe serving`.
+//! one" (`lathe eval`, `lathe-load`: a temporary data folder), and the servers the benchmark
+//! programs start, stop and kill on data folders of their own (`lathe-bench`, `lathe-replicas`).
+//! The tools reach the server only through its gRPC API, so the server they start is the real
+//! binary in a process of its own, on a port-0 loopback listener; the listening address is read
+//! from its JSON log line `lathe serving`. One implementation for all of them: spawning, reading
+//! the log, waiting to serve, SIGTERM and SIGKILL.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
@@ -12,13 +15,28 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-/// How long a started server may take to serve (it loads models and opens every collection
-/// before it logs `lathe serving`).
-const SERVER_START_LIMIT: Duration = Duration::from_secs(120);
-/// How long a stopped server may take to drain, commit and exit.
-const SERVER_STOP_LIMIT: Duration = Duration::from_secs(120);
 /// Log lines kept to explain a server that stopped.
 const LOG_TAIL_LINES: usize = 20;
+
+/// How long a started server may take to serve and to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Patience {
+    /// From spawning to the `lathe serving` line: the server loads its models and opens every
+    /// collection first.
+    pub serve: Duration,
+    /// From SIGTERM to the exit: it drains, commits and closes.
+    pub stop: Duration,
+}
+
+impl Default for Patience {
+    /// Two minutes each: enough for the models and a small data folder.
+    fn default() -> Self {
+        Self {
+            serve: Duration::from_secs(120),
+            stop: Duration::from_secs(120),
+        }
+    }
+}
 
 /// The `lathe` binary a tool runs: `$LATHE_BIN`, else this program when it is `lathe`, else the
 /// `lathe` beside it (cargo puts the workspace's binaries in one folder; a test binary sits one
@@ -57,13 +75,33 @@ pub fn serving_address(log_line: &str) -> Option<String> {
     Some(rest.chars().take_while(|c| *c != '"').collect())
 }
 
+/// The command that runs the `lathe` binary at `binary` as a server of its own: a port-0 loopback
+/// listener, JSON logs on stderr (piped: the listening address is read from there), stdout
+/// dropped, its models from `models_dir`, its data in `data_dir`. Every server a tool starts runs
+/// it; callers add their own `LATHE_*` settings before starting it.
+pub(crate) fn loopback_serve_command(binary: &Path, models_dir: &Path, data_dir: &Path) -> Command {
+    let mut command = Command::new(binary);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .arg("--models-dir")
+        .arg(models_dir)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null());
+    command
+}
+
 /// A running `lathe serve` child process, stopped (SIGTERM, then waited for) by [`stop`] or on
-/// drop.
+/// drop, or killed (SIGKILL) by [`kill`].
 ///
 /// [`stop`]: ServerProcess::stop
+/// [`kill`]: ServerProcess::kill
 pub struct ServerProcess {
     child: Child,
     address: String,
+    spawned_at: Instant,
+    stop_limit: Duration,
     log_tail: Arc<Mutex<VecDeque<String>>>,
     // Removed on drop, after the server has stopped; `None` when the caller owns the data folder.
     _temporary_data_dir: Option<tempfile::TempDir>,
@@ -85,37 +123,35 @@ impl ServerProcess {
             .prefix("lathe-eval-")
             .tempdir()
             .context("creating a temporary data folder")?;
-        let mut command = Command::new(lathe_binary()?);
+        let mut command = loopback_serve_command(&lathe_binary()?, models_dir, data_dir.path());
         command
-            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
-            .arg("--models-dir")
-            .arg(models_dir)
-            .arg("--data-dir")
-            .arg(data_dir.path())
             // Its own defaults, not a configuration file meant for another server.
             .env_remove("LATHE_CONFIG")
             .env("LATHE_SERVER__CPU_THREADS", cpu_threads.to_string());
-        Self::start(command, Some(data_dir))
+        let mut server = Self::start(command, Patience::default())?;
+        server._temporary_data_dir = Some(data_dir);
+        Ok(server)
     }
 
-    /// Runs `command` (a `lathe serve` with `--log-format json` and a loopback listener) and waits
-    /// until it logs `lathe serving`.
-    pub fn start(
-        mut command: Command,
-        temporary_data_dir: Option<tempfile::TempDir>,
-    ) -> anyhow::Result<Self> {
+    /// Runs `command` (a `lathe serve` with `--log-format json` and a loopback listener, as
+    /// [`crate::client::serve_command`] makes it) and waits until it logs `lathe serving`, at most
+    /// `patience.serve`; [`stop`](Self::stop) waits at most `patience.stop`.
+    pub fn start(mut command: Command, patience: Patience) -> anyhow::Result<Self> {
         command.stdin(Stdio::null()).stdout(Stdio::null());
         command.stderr(Stdio::piped());
+        let spawned_at = Instant::now();
         let mut child = command.spawn().context("starting `lathe serve`")?;
         let stderr = child.stderr.take().context("the server's stderr")?;
         let log_tail = Arc::new(Mutex::new(VecDeque::with_capacity(LOG_TAIL_LINES)));
         let addresses = read_log(stderr, Arc::clone(&log_tail));
-        let deadline = Instant::now() + SERVER_START_LIMIT;
+        let deadline = spawned_at + patience.serve;
         let mut server = Self {
             child,
             address: String::new(),
+            spawned_at,
+            stop_limit: patience.stop,
             log_tail,
-            _temporary_data_dir: temporary_data_dir,
+            _temporary_data_dir: None,
         };
         loop {
             match addresses.recv_timeout(Duration::from_millis(100)) {
@@ -126,7 +162,7 @@ impl ServerProcess {
                 Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
                 Err(mpsc::RecvTimeoutError::Timeout) => anyhow::bail!(
                     "the server did not serve within {} s; its last log lines:\n{}",
-                    SERVER_START_LIMIT.as_secs(),
+                    patience.serve.as_secs(),
                     server.log_tail()
                 ),
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -150,6 +186,18 @@ impl ServerProcess {
         &self.address
     }
 
+    /// When the process was spawned: what a benchmark times a start or an open from.
+    pub fn spawned_at(&self) -> Instant {
+        self.spawned_at
+    }
+
+    /// `kill -9`: SIGKILL, then reaps the process (a crash, as a benchmark makes one).
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill().context("kill -9 of the server")?;
+        self.child.wait().context("waiting for the killed server")?;
+        Ok(())
+    }
+
     /// Graceful stop: SIGTERM (drain, commit, close), then waits for the exit; a temporary data
     /// folder is removed after.
     pub fn stop(mut self) -> anyhow::Result<()> {
@@ -165,7 +213,7 @@ impl ServerProcess {
         if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
             return Err(std::io::Error::last_os_error()).context("signalling the server");
         }
-        let deadline = Instant::now() + SERVER_STOP_LIMIT;
+        let deadline = Instant::now() + self.stop_limit;
         while Instant::now() < deadline {
             if let Some(status) = self.child.try_wait()? {
                 if status.success() {
@@ -182,7 +230,7 @@ impl ServerProcess {
         let _ = self.child.wait();
         anyhow::bail!(
             "the server did not stop within {} s",
-            SERVER_STOP_LIMIT.as_secs()
+            self.stop_limit.as_secs()
         )
     }
 
@@ -277,6 +325,12 @@ impl TargetServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_benchmark_servers_serving_line_gives_its_address() {
+        let line = r#"{"fields":{"message":"lathe serving","address":"127.0.0.1:4321"}}"#;
+        assert_eq!(serving_address(line).as_deref(), Some("127.0.0.1:4321"));
+    }
 
     #[test]
     fn the_serving_line_gives_its_address_and_other_lines_none() {
