@@ -37,6 +37,19 @@ pub enum DenseModel {
     Off,
 }
 
+impl DenseModel {
+    /// The name of the model that makes this server's vectors, as it is persisted: in each
+    /// section's embed-reuse identity (`ingest::embed`), the query-vector cache's keys and the
+    /// replicated log's vector stamp. Changing it makes stored vectors another model's. `Off`
+    /// makes no vectors, so its name is never stored; it reads `minilm`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DenseModel::Static => "static",
+            DenseModel::Minilm | DenseModel::Off => "minilm",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FineModeName {
@@ -54,5 +67,19 @@ impl Default for ModelsConfig {
             inference_memory_arena: true,
             inference_batch_tokens: 2048,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names are stored (embed reuse, the query-vector cache, the log's vector stamp): a
+    /// change must be deliberate.
+    #[test]
+    fn model_names_are_the_persisted_ones() {
+        assert_eq!(DenseModel::Minilm.name(), "minilm");
+        assert_eq!(DenseModel::Static.name(), "static");
+        assert_eq!(DenseModel::Off.name(), "minilm");
     }
 }

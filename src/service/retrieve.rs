@@ -7,7 +7,6 @@ use std::time::Instant;
 use super::cache::{Caches, ResultKey};
 use super::{Collection, Engine};
 use crate::chunk::ChunkOptions;
-use crate::config::DenseModel;
 use crate::embed::Embedder;
 use crate::error::Result;
 use crate::index::{CollectionIndex, SectionHit, Snapshot};
@@ -137,10 +136,7 @@ impl Engine {
                 dense_weight: retrieval.rrf_dense_weight,
             },
             embedder: self.embedder.clone(),
-            model_name: match self.config.models.dense {
-                DenseModel::Static => "static",
-                _ => "minilm",
-            },
+            model_name: self.config.models.dense.name(),
         }
     }
 }
