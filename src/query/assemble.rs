@@ -3,8 +3,8 @@
 //! document.
 
 use super::context::SpanContexts;
-use super::join::{push_text, Passage};
-use super::PackedSpan;
+use super::spans::push_text;
+use super::{PackedSpan, Passage};
 use crate::index::SectionHit;
 use crate::types::{ResultOrder, RetrievedChunk};
 

@@ -1,5 +1,7 @@
 //! The query pipeline. The service runs the stages in order and times each under its module's
-//! name; no stage calls another. The types handed from one stage to the next are defined here.
+//! name; no stage calls another. The types handed from one stage to the next are defined here;
+//! what several stages share is in modules of its own, which no stage owns: `spans` (when two
+//! spans of a section touch, a passage's text) and `context` (what is read before a span).
 //!
 //! ```text
 //! RetrieveQuery
@@ -30,6 +32,7 @@ pub mod join;
 pub mod pack;
 pub mod rechunk;
 pub mod score;
+mod spans;
 pub mod validate;
 
 use std::hash::BuildHasher;
@@ -137,6 +140,15 @@ pub struct PackedSpan {
     pub score: f32,
     pub parts: ScoreParts,
     pub strategy: Strategy,
+}
+
+/// Spans read as one: `parts` indexes the spans as [`join::join`] leaves them, in document order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Passage {
+    pub parts: Range<usize>,
+    /// Exact budget tokens of what the caller reads: the context of the first part, then the
+    /// text (see [`context::SpanContexts`]).
+    pub token_count: u32,
 }
 
 /// What the stages after pack (expand, join) read besides the spans: the sections retrieved and

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use super::context::SpanContexts;
+use super::spans::overlaps_or_touches;
 use super::{Candidate, PackedSpan, SectionAnalysis};
 use crate::index::SectionHit;
 use crate::tokenizer::BudgetTokenizer;
@@ -275,16 +276,6 @@ fn take_best_score(merged: &mut PackedSpan, spans: &[PackedSpan], absorbed: &[us
     }
 }
 
-/// True when two byte ranges of `text` overlap or only whitespace lies between them.
-pub(super) fn overlaps_or_touches(text: &str, a: (u32, u32), b: (u32, u32)) -> bool {
-    let (first, second) = if a.0 <= b.0 { (a, b) } else { (b, a) };
-    if second.0 <= first.1 {
-        return true;
-    }
-    text.get(first.1 as usize..second.0 as usize)
-        .is_some_and(|gap| gap.chars().all(char::is_whitespace))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,15 +363,6 @@ mod tests {
             &contexts,
         );
         assert_eq!(spans.len(), 2, "{spans:?}");
-    }
-
-    #[test]
-    fn touching_means_only_whitespace_between() {
-        let text = "one two  three";
-        assert!(overlaps_or_touches(text, (0, 3), (4, 7)));
-        assert!(overlaps_or_touches(text, (4, 7), (0, 3)));
-        assert!(overlaps_or_touches(text, (0, 5), (4, 7)));
-        assert!(!overlaps_or_touches(text, (0, 3), (9, 14)));
     }
 }
 
