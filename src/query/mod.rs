@@ -6,8 +6,9 @@
 //! ```text
 //! RetrieveQuery
 //!   └─ validate::validate_query     → (checked)         the query's own limits
-//!   └─ validate::resolve_chunking   → ChunkOptions      request, then collection, then server defaults
-//!   └─ validate::chunk_sizes        → Vec<u32>          the sizes cut: the one set, else ½, 1 and 2× the budget's
+//!   └─ plan::plan                   → QueryPlan         chunking (request, then collection, then server
+//!                                                       defaults), the sizes cut (the one set, else ½, 1
+//!                                                       and 2× the budget's), the coarse depth
 //!   └─ embed::embed                 → EmbeddedQuery     query vector (one model pass) and terms
 //!   └─ coarse::retrieve             → Vec<SectionHit>   top-k sections: BM25 (+ dense, fused)
 //!   └─ analyze::analyze             → Vec<Arc<SectionAnalysis>>  one tokenization per section (cached)
@@ -30,6 +31,7 @@ pub mod embed;
 pub mod expand;
 pub mod join;
 pub mod pack;
+pub mod plan;
 pub mod rechunk;
 pub mod score;
 mod spans;
@@ -38,13 +40,25 @@ pub mod validate;
 use std::hash::BuildHasher;
 use std::ops::Range;
 
-use crate::chunk::Strategy;
+use crate::chunk::{ChunkOptions, SemanticThreshold, Strategy};
 use crate::tokens::TokenOffsets;
 use crate::types::ScoreParts;
 
 /// Hash of an analysed term, shared by section analysis and query terms.
 pub fn term_hash(term: &str) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(term)
+}
+
+/// What `plan::plan` resolves for a query once its collection is known.
+pub struct QueryPlan {
+    /// The chunking: each field as requested, else the collection's default, else the server's.
+    pub chunking: ChunkOptions,
+    /// The chunk sizes the sections are cut at (`plan::chunk_sizes`).
+    pub sizes: Vec<u32>,
+    /// The coarse depth: the request's `top_k`, else the budget's (`plan::resolve_top_k`).
+    pub top_k: u32,
+    /// The semantic strategy's breakpoint rule.
+    pub semantic_threshold: SemanticThreshold,
 }
 
 /// What the embed stage makes of the query text: its vector (when the collection has a dense

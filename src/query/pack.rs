@@ -760,7 +760,7 @@ mod properties {
             let mut candidates = Vec::new();
             if several_sizes {
                 // The candidates of a query whose sizes come from the budget: half, once and
-                // twice the size, overlapping each other (`validate::chunk_sizes`).
+                // twice the size, overlapping each other (`plan::chunk_sizes`).
                 let sizes = [max_size, (max_size / 2).max(1), max_size * 2];
                 candidates = crate::query::rechunk::rechunk(&hits, &analyses, &options, &sizes, Default::default());
                 let mut in_section = (u32::MAX, 0);
