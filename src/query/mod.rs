@@ -176,52 +176,58 @@ pub struct FitInputs<'a> {
     pub contexts: &'a context::SpanContexts,
 }
 
-/// A retrieved section of document `d` holding `text` (ordinal 0, no metadata, no sentences):
-/// what the stages' unit tests cut, score and pack.
 #[cfg(test)]
-pub(crate) fn test_section_hit(score: f32, text: &str) -> crate::index::SectionHit {
-    crate::index::SectionHit {
-        score,
-        doc_id: "d".into(),
-        ordinal: 0,
-        version: 0,
-        doc_title: String::new(),
-        heading_path: Vec::new(),
-        text: text.into(),
-        gap_after: String::new(),
-        byte_start: 0,
-        char_start: 0,
-        metadata: Default::default(),
-        section_key: 0,
-        sentences: Vec::new(),
-        sentence_vectors: Vec::new(),
+pub(crate) use test_support::{test_analysis, test_minilm, test_section_hit};
+
+/// What the stages' unit tests cut, score and pack.
+#[cfg(test)]
+mod test_support {
+    use super::SectionAnalysis;
+
+    /// A retrieved section of document `d` holding `text` (ordinal 0, no metadata, no sentences):
+    /// what the stages' unit tests cut, score and pack.
+    pub(crate) fn test_section_hit(score: f32, text: &str) -> crate::index::SectionHit {
+        crate::index::SectionHit {
+            score,
+            doc_id: "d".into(),
+            ordinal: 0,
+            version: 0,
+            doc_title: String::new(),
+            heading_path: Vec::new(),
+            text: text.into(),
+            gap_after: String::new(),
+            byte_start: 0,
+            char_start: 0,
+            metadata: Default::default(),
+            section_key: 0,
+            sentences: Vec::new(),
+            sentence_vectors: Vec::new(),
+        }
     }
-}
 
-/// The analysis of `hit` by `tokenizer` with its sentences and no query terms: what the stages'
-/// unit tests chunk and pack.
-#[cfg(test)]
-pub(crate) fn test_analysis(
-    hit: &crate::index::SectionHit,
-    tokenizer: &crate::tokenizer::BudgetTokenizer,
-) -> std::sync::Arc<SectionAnalysis> {
-    let mut sentences = Vec::new();
-    crate::chunk::sentences(&hit.text, &mut sentences);
-    std::sync::Arc::new(SectionAnalysis {
-        tokens: tokenizer.offsets(&hit.text),
-        terms: Vec::new(),
-        sentences,
-        spans_from_offsets: tokenizer.spans_count_from_offsets(&hit.text),
-    })
-}
+    /// The analysis of `hit` by `tokenizer` with its sentences and no query terms: what the
+    /// stages' unit tests chunk and pack.
+    pub(crate) fn test_analysis(
+        hit: &crate::index::SectionHit,
+        tokenizer: &crate::tokenizer::BudgetTokenizer,
+    ) -> std::sync::Arc<SectionAnalysis> {
+        let mut sentences = Vec::new();
+        crate::chunk::sentences(&hit.text, &mut sentences);
+        std::sync::Arc::new(SectionAnalysis {
+            tokens: tokenizer.offsets(&hit.text),
+            terms: Vec::new(),
+            sentences,
+            spans_from_offsets: tokenizer.spans_count_from_offsets(&hit.text),
+        })
+    }
 
-/// The MiniLM budget tokenizer, loaded once for the stages' unit tests.
-#[cfg(test)]
-pub(crate) fn test_minilm() -> &'static crate::tokenizer::BudgetTokenizer {
-    static TOKENIZER: std::sync::OnceLock<crate::tokenizer::BudgetTokenizer> =
-        std::sync::OnceLock::new();
-    TOKENIZER.get_or_init(|| {
-        crate::tokenizer::BudgetTokenizer::resolve("minilm", &crate::test_models_dir())
-            .expect("run scripts/fetch-models.sh")
-    })
+    /// The MiniLM budget tokenizer, loaded once for the stages' unit tests.
+    pub(crate) fn test_minilm() -> &'static crate::tokenizer::BudgetTokenizer {
+        static TOKENIZER: std::sync::OnceLock<crate::tokenizer::BudgetTokenizer> =
+            std::sync::OnceLock::new();
+        TOKENIZER.get_or_init(|| {
+            crate::tokenizer::BudgetTokenizer::resolve("minilm", &crate::test_models_dir())
+                .expect("run scripts/fetch-models.sh")
+        })
+    }
 }

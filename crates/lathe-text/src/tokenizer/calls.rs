@@ -17,9 +17,9 @@ use crate::tokens::{ceil_char_boundary, floor_char_boundary};
 ///   cut into pieces of at most `max_run_bytes` at char boundaries, a call each; with
 ///   `join_pieces`, pieces of a run of non-whitespace go several to a call instead (up to
 ///   [`MAX_CALL_BYTES`]), to be joined by a space ([`tokenize_call`]), so that a 10 MB word
-///   costs one call per 32 KiB rather than one per 128 bytes. Joining is for the Hugging Face tokenizers, whose per-call
-///   cost is high and which take a space as a word boundary (BERT exactly as separate calls);
-///   tiktoken would glue the space to the next piece;
+///   costs one call per 32 KiB rather than one per 128 bytes. Joining is for the Hugging Face
+///   tokenizers, whose per-call cost is high and which take a space as a word boundary (BERT
+///   exactly as separate calls); tiktoken would glue the space to the next piece;
 /// - the text between such runs goes in calls of one range of at most about [`MAX_CALL_BYTES`],
 ///   cut before a whitespace run that follows a letter or digit (no tokenizer we ship merges
 ///   across such a point: BERT splits at whitespace, and tiktoken's pre-split patterns end a
