@@ -222,19 +222,14 @@ mod tests {
     use super::*;
     use rayon::prelude::*;
 
-    #[tokio::test]
-    async fn runs_work_and_returns_its_result() {
-        let pool = CpuPool::new(2).unwrap();
-        let value = pool.run(|| Ok(21 * 2)).await.unwrap();
-        assert_eq!(value, 42);
-    }
-
-    #[tokio::test]
-    async fn work_nobody_awaits_is_skipped() {
-        use futures::FutureExt;
-        let pool = CpuPool::new(1).unwrap();
-        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        // Block the only thread, and know that it is blocked before queueing more work.
+    /// Occupies one thread of `pool` with a job that runs until `release` is sent to, and
+    /// returns once the job has started: the release and the job's task.
+    async fn block_one_thread(
+        pool: &CpuPool,
+    ) -> (
+        std::sync::mpsc::Sender<()>,
+        tokio::task::JoinHandle<Result<()>>,
+    ) {
         let (started, blocker_started) = oneshot::channel::<()>();
         let (release, blocked) = std::sync::mpsc::channel::<()>();
         let blocking_pool = pool.clone();
@@ -248,6 +243,23 @@ mod tests {
                 .await
         });
         blocker_started.await.unwrap();
+        (release, blocker)
+    }
+
+    #[tokio::test]
+    async fn runs_work_and_returns_its_result() {
+        let pool = CpuPool::new(2).unwrap();
+        let value = pool.run(|| Ok(21 * 2)).await.unwrap();
+        assert_eq!(value, 42);
+    }
+
+    #[tokio::test]
+    async fn work_nobody_awaits_is_skipped() {
+        use futures::FutureExt;
+        let pool = CpuPool::new(1).unwrap();
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Block the only thread, and know that it is blocked before queueing more work.
+        let (release, blocker) = block_one_thread(&pool).await;
         let flag = ran.clone();
         let abandoned = pool.run(move || {
             flag.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -346,19 +358,7 @@ mod tests {
     #[tokio::test]
     async fn a_job_beside_another_keeps_to_its_thread() {
         let pool = CpuPool::new(2).unwrap();
-        let (started, blocker_started) = oneshot::channel::<()>();
-        let (release, blocked) = std::sync::mpsc::channel::<()>();
-        let blocking_pool = pool.clone();
-        let blocker = tokio::spawn(async move {
-            blocking_pool
-                .run(move || {
-                    let _ = started.send(());
-                    let _ = blocked.recv();
-                    Ok(())
-                })
-                .await
-        });
-        blocker_started.await.unwrap();
+        let (release, blocker) = block_one_thread(&pool).await;
         let (fans_out, split) = pool
             .run(|| {
                 let threads: std::collections::HashSet<_> = (0..64)

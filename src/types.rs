@@ -214,7 +214,7 @@ pub struct RetrieveQuery {
     pub collection: String,
     /// Trimmed, inner whitespace collapsed to single spaces.
     pub query: String,
-    /// Sections to retrieve; none: the budget decides ([`crate::query::validate::resolve_top_k`]).
+    /// Sections to retrieve; none: the budget decides ([`crate::query::plan::resolve_top_k`]).
     pub top_k: Option<u32>,
     pub token_budget: u32,
     pub chunking: ChunkingSpec,

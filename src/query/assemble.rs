@@ -3,8 +3,8 @@
 //! document.
 
 use super::context::SpanContexts;
-use super::join::{push_text, Passage};
-use super::PackedSpan;
+use super::spans::push_text;
+use super::{PackedSpan, Passage};
 use crate::index::SectionHit;
 use crate::types::{ResultOrder, RetrievedChunk};
 
@@ -95,20 +95,10 @@ mod tests {
 
     fn hit(doc_id: &str, text: &str, byte_start: u64, char_start: u64) -> SectionHit {
         SectionHit {
-            score: 0.0,
             doc_id: doc_id.into(),
-            ordinal: 0,
-            version: 0,
-            doc_title: String::new(),
-            heading_path: Vec::new(),
-            text: text.into(),
-            gap_after: String::new(),
             byte_start,
             char_start,
-            metadata: Default::default(),
-            section_key: 0,
-            sentences: Vec::new(),
-            sentence_vectors: Vec::new(),
+            ..crate::query::test_section_hit(0.0, text)
         }
     }
 

@@ -11,7 +11,7 @@
 //! another span of its section merges with it. Every span is counted exactly with the budget
 //! tokenizer on its own text (with its context: [`SpanContexts`]), so the budget is never exceeded.
 
-use super::pack::overlaps_or_touches;
+use super::spans::overlaps_or_touches;
 use super::{FitInputs, PackedSpan};
 
 /// A neighbouring sentence k steps away from a span is worth the span's score × 0.5^k.

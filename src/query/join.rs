@@ -3,8 +3,8 @@
 //! touch. Sections are cut at paragraph breaks, and a paragraph too long for one section is cut
 //! between its sentences, so an answer running on over such a cut would otherwise come back as
 //! two chunks. A section stores the whitespace before the next one
-//! ([`SectionHit::gap_after`]), so a passage's text is exactly the document's, from its first
-//! span's start to its last span's end.
+//! ([`crate::index::SectionHit::gap_after`]), so a passage's text is exactly the document's,
+//! from its first span's start to its last span's end.
 //!
 //! A span that ends its section joins the span that starts the next section when both sections
 //! are of one version of one document and under one heading path (so the chunk's heading path,
@@ -16,17 +16,8 @@
 
 use std::ops::Range;
 
-use super::{FitInputs, PackedSpan};
-use crate::index::SectionHit;
-
-/// Spans read as one: `parts` indexes the spans as [`join`] leaves them, in document order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Passage {
-    pub parts: Range<usize>,
-    /// Exact budget tokens of what the caller reads: the context of the first part, then the
-    /// text (see [`super::context::SpanContexts`]).
-    pub token_count: u32,
-}
+use super::spans::push_text;
+use super::{FitInputs, PackedSpan, Passage};
 
 /// Groups `spans` (best first, as packed and expanded) into passages, best first: the spans of
 /// each passage are put next to each other, in document order.
@@ -185,24 +176,13 @@ fn count_read(parts: &[usize], following: usize, spans: &[PackedSpan], inputs: &
     inputs.tokenizer.count(&read) as u32
 }
 
-/// Appends the text of the passage made of `parts` (spans of consecutive sections that
-/// [`join`] joined): each part's text, and the gap of its section between it and the next.
-pub fn push_text(out: &mut String, parts: &[PackedSpan], hits: &[SectionHit]) {
-    for (i, part) in parts.iter().enumerate() {
-        let hit = &hits[part.hit_index as usize];
-        out.push_str(&hit.text[part.start as usize..part.end as usize]);
-        if i + 1 < parts.len() {
-            out.push_str(&hit.gap_after);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
     use super::*;
     use crate::chunk::Strategy;
+    use crate::index::SectionHit;
     use crate::query::assemble::assemble;
     use crate::query::context::SpanContexts;
     use crate::query::SectionAnalysis;

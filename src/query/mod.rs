@@ -1,11 +1,14 @@
 //! The query pipeline. The service runs the stages in order and times each under its module's
-//! name; no stage calls another. The types handed from one stage to the next are defined here.
+//! name; no stage calls another. The types handed from one stage to the next are defined here;
+//! what several stages share is in modules of its own, which no stage owns: `spans` (when two
+//! spans of a section touch, a passage's text) and `context` (what is read before a span).
 //!
 //! ```text
 //! RetrieveQuery
 //!   └─ validate::validate_query     → (checked)         the query's own limits
-//!   └─ validate::resolve_chunking   → ChunkOptions      request, then collection, then server defaults
-//!   └─ validate::chunk_sizes        → Vec<u32>          the sizes cut: the one set, else ½, 1 and 2× the budget's
+//!   └─ plan::plan                   → QueryPlan         chunking (request, then collection, then server
+//!                                                       defaults), the sizes cut (the one set, else ½, 1
+//!                                                       and 2× the budget's), the coarse depth
 //!   └─ embed::embed                 → EmbeddedQuery     query vector (one model pass) and terms
 //!   └─ coarse::retrieve             → Vec<SectionHit>   top-k sections: BM25 (+ dense, fused)
 //!   └─ analyze::analyze             → Vec<Arc<SectionAnalysis>>  one tokenization per section (cached)
@@ -28,20 +31,34 @@ pub mod embed;
 pub mod expand;
 pub mod join;
 pub mod pack;
+pub mod plan;
 pub mod rechunk;
 pub mod score;
+mod spans;
 pub mod validate;
 
 use std::hash::BuildHasher;
 use std::ops::Range;
 
-use crate::chunk::Strategy;
+use crate::chunk::{ChunkOptions, SemanticThreshold, Strategy};
 use crate::tokens::TokenOffsets;
 use crate::types::ScoreParts;
 
 /// Hash of an analysed term, shared by section analysis and query terms.
 pub fn term_hash(term: &str) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(term)
+}
+
+/// What `plan::plan` resolves for a query once its collection is known.
+pub struct QueryPlan {
+    /// The chunking: each field as requested, else the collection's default, else the server's.
+    pub chunking: ChunkOptions,
+    /// The chunk sizes the sections are cut at (`plan::chunk_sizes`).
+    pub sizes: Vec<u32>,
+    /// The coarse depth: the request's `top_k`, else the budget's (`plan::resolve_top_k`).
+    pub top_k: u32,
+    /// The semantic strategy's breakpoint rule.
+    pub semantic_threshold: SemanticThreshold,
 }
 
 /// What the embed stage makes of the query text: its vector (when the collection has a dense
@@ -139,6 +156,15 @@ pub struct PackedSpan {
     pub strategy: Strategy,
 }
 
+/// Spans read as one: `parts` indexes the spans as [`join::join`] leaves them, in document order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Passage {
+    pub parts: Range<usize>,
+    /// Exact budget tokens of what the caller reads: the context of the first part, then the
+    /// text (see [`context::SpanContexts`]).
+    pub token_count: u32,
+}
+
 /// What the stages after pack (expand, join) read besides the spans: the sections retrieved and
 /// their analyses, the budget and its tokenizer, and what the caller reads before each span,
 /// counted with it.
@@ -150,52 +176,58 @@ pub struct FitInputs<'a> {
     pub contexts: &'a context::SpanContexts,
 }
 
-/// A retrieved section of document `d` holding `text` (ordinal 0, no metadata, no sentences):
-/// what the stages' unit tests cut, score and pack.
 #[cfg(test)]
-pub(crate) fn test_section_hit(score: f32, text: &str) -> crate::index::SectionHit {
-    crate::index::SectionHit {
-        score,
-        doc_id: "d".into(),
-        ordinal: 0,
-        version: 0,
-        doc_title: String::new(),
-        heading_path: Vec::new(),
-        text: text.into(),
-        gap_after: String::new(),
-        byte_start: 0,
-        char_start: 0,
-        metadata: Default::default(),
-        section_key: 0,
-        sentences: Vec::new(),
-        sentence_vectors: Vec::new(),
+pub(crate) use test_support::{test_analysis, test_minilm, test_section_hit};
+
+/// What the stages' unit tests cut, score and pack.
+#[cfg(test)]
+mod test_support {
+    use super::SectionAnalysis;
+
+    /// A retrieved section of document `d` holding `text` (ordinal 0, no metadata, no sentences):
+    /// what the stages' unit tests cut, score and pack.
+    pub(crate) fn test_section_hit(score: f32, text: &str) -> crate::index::SectionHit {
+        crate::index::SectionHit {
+            score,
+            doc_id: "d".into(),
+            ordinal: 0,
+            version: 0,
+            doc_title: String::new(),
+            heading_path: Vec::new(),
+            text: text.into(),
+            gap_after: String::new(),
+            byte_start: 0,
+            char_start: 0,
+            metadata: Default::default(),
+            section_key: 0,
+            sentences: Vec::new(),
+            sentence_vectors: Vec::new(),
+        }
     }
-}
 
-/// The analysis of `hit` by `tokenizer` with its sentences and no query terms: what the stages'
-/// unit tests chunk and pack.
-#[cfg(test)]
-pub(crate) fn test_analysis(
-    hit: &crate::index::SectionHit,
-    tokenizer: &crate::tokenizer::BudgetTokenizer,
-) -> std::sync::Arc<SectionAnalysis> {
-    let mut sentences = Vec::new();
-    crate::chunk::sentences(&hit.text, &mut sentences);
-    std::sync::Arc::new(SectionAnalysis {
-        tokens: tokenizer.offsets(&hit.text),
-        terms: Vec::new(),
-        sentences,
-        spans_from_offsets: tokenizer.spans_count_from_offsets(&hit.text),
-    })
-}
+    /// The analysis of `hit` by `tokenizer` with its sentences and no query terms: what the
+    /// stages' unit tests chunk and pack.
+    pub(crate) fn test_analysis(
+        hit: &crate::index::SectionHit,
+        tokenizer: &crate::tokenizer::BudgetTokenizer,
+    ) -> std::sync::Arc<SectionAnalysis> {
+        let mut sentences = Vec::new();
+        crate::chunk::sentences(&hit.text, &mut sentences);
+        std::sync::Arc::new(SectionAnalysis {
+            tokens: tokenizer.offsets(&hit.text),
+            terms: Vec::new(),
+            sentences,
+            spans_from_offsets: tokenizer.spans_count_from_offsets(&hit.text),
+        })
+    }
 
-/// The MiniLM budget tokenizer, loaded once for the stages' unit tests.
-#[cfg(test)]
-pub(crate) fn test_minilm() -> &'static crate::tokenizer::BudgetTokenizer {
-    static TOKENIZER: std::sync::OnceLock<crate::tokenizer::BudgetTokenizer> =
-        std::sync::OnceLock::new();
-    TOKENIZER.get_or_init(|| {
-        crate::tokenizer::BudgetTokenizer::resolve("minilm", &crate::test_models_dir())
-            .expect("run scripts/fetch-models.sh")
-    })
+    /// The MiniLM budget tokenizer, loaded once for the stages' unit tests.
+    pub(crate) fn test_minilm() -> &'static crate::tokenizer::BudgetTokenizer {
+        static TOKENIZER: std::sync::OnceLock<crate::tokenizer::BudgetTokenizer> =
+            std::sync::OnceLock::new();
+        TOKENIZER.get_or_init(|| {
+            crate::tokenizer::BudgetTokenizer::resolve("minilm", &crate::test_models_dir())
+                .expect("run scripts/fetch-models.sh")
+        })
+    }
 }

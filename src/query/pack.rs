@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use super::context::SpanContexts;
+use super::spans::overlaps_or_touches;
 use super::{Candidate, PackedSpan, SectionAnalysis};
 use crate::index::SectionHit;
 use crate::tokenizer::BudgetTokenizer;
@@ -33,68 +34,23 @@ pub fn pack(
     contexts: &SpanContexts,
 ) -> Vec<PackedSpan> {
     let largest = candidates.iter().map(|c| c.token_count).max().unwrap_or(0);
-    let least_new_span = least_new_span_tokens(budget, largest);
-    let budget = budget as u64;
+    let packer = Packer {
+        hits,
+        analyses,
+        budget: budget as u64,
+        tokenizer,
+        selection,
+        contexts,
+        least_new_span: least_new_span_tokens(budget, largest),
+    };
     let mut spans: Vec<PackedSpan> = Vec::new();
     let mut used: u64 = 0;
     let mut absorbed: Vec<usize> = Vec::new();
     for candidate in candidates {
-        if candidate.token_count == 0 || candidate.start >= candidate.end {
+        let Some((merged, freed)) = packer.merge(candidate, &spans, used, &mut absorbed) else {
             continue;
-        }
-        if selection
-            .min_score
-            .is_some_and(|floor| candidate.score < floor.0)
-        {
-            continue;
-        }
-        let text = &hits[candidate.hit_index as usize].text;
-        if collect_touching(&spans, candidate, text, &mut absorbed) {
-            continue;
-        }
-        if absorbed.is_empty()
-            && (is_fragment(candidate, text, least_new_span)
-                || document_is_full(&spans, hits, candidate, selection))
-        {
-            continue;
-        }
-        let (start, end) = widen_over_touching(&spans, candidate, text, &mut absorbed);
-        let freed: u64 = absorbed.iter().map(|&i| spans[i].token_count as u64).sum();
-        let header = merged_header(&spans, &absorbed, candidate, start);
-        // Tokens wholly inside the span, as the section was tokenized. Its own tokenization can be
-        // shorter (a word cut at the span's edge may become fewer pieces), so only a candidate
-        // far over the budget is rejected without the exact count: at most half of the section's
-        // tokens, less a few, are assumed to disappear.
-        let covered = analyses[candidate.hit_index as usize]
-            .tokens
-            .count_within(start as usize..end as usize) as u64;
-        if used - freed + (covered / 2).saturating_sub(4) > budget {
-            continue;
-        }
-        let analysis = &analyses[candidate.hit_index as usize];
-        let merged_tokens = contexts.count(
-            tokenizer,
-            candidate.hit_index,
-            text,
-            analysis,
-            header,
-            (start, end),
-        ) as u64;
-        if used - freed + merged_tokens > budget {
-            continue;
-        }
-        let mut merged = PackedSpan {
-            hit_index: candidate.hit_index,
-            start,
-            end,
-            token_count: merged_tokens as u32,
-            header,
-            score: candidate.score,
-            parts: candidate.parts,
-            strategy: candidate.strategy,
         };
-        take_best_score(&mut merged, &spans, &absorbed);
-        used = used - freed + merged_tokens;
+        used = used - freed + merged.token_count as u64;
         absorbed.sort_unstable_by(|a, b| b.cmp(a));
         for &i in &absorbed {
             spans.swap_remove(i);
@@ -108,6 +64,88 @@ pub fn pack(
             .then(a.start.cmp(&b.start))
     });
     spans
+}
+
+/// What [`pack`] reads besides the spans it has packed so far.
+struct Packer<'a> {
+    hits: &'a [SectionHit],
+    analyses: &'a [Arc<SectionAnalysis>],
+    budget: u64,
+    tokenizer: &'a BudgetTokenizer,
+    selection: &'a ChunkSelection,
+    contexts: &'a SpanContexts,
+    /// [`least_new_span_tokens`] of the budget and the largest candidate.
+    least_new_span: u32,
+}
+
+impl Packer<'_> {
+    /// The span `candidate` makes when it is taken, merged with the packed spans of its section
+    /// that it overlaps or touches (left in `absorbed`), and the tokens those spans held; `None`
+    /// when it is not taken: it adds nothing, scores under `min_score`, would start a new span as
+    /// a fragment or in a full document, or would take the `used` tokens past the budget.
+    fn merge(
+        &self,
+        candidate: &Candidate,
+        spans: &[PackedSpan],
+        used: u64,
+        absorbed: &mut Vec<usize>,
+    ) -> Option<(PackedSpan, u64)> {
+        if candidate.token_count == 0 || candidate.start >= candidate.end {
+            return None;
+        }
+        if self
+            .selection
+            .min_score
+            .is_some_and(|floor| candidate.score < floor.0)
+        {
+            return None;
+        }
+        let text = &self.hits[candidate.hit_index as usize].text;
+        if collect_touching(spans, candidate, text, absorbed) {
+            return None;
+        }
+        if absorbed.is_empty()
+            && (is_fragment(candidate, text, self.least_new_span)
+                || document_is_full(spans, self.hits, candidate, self.selection))
+        {
+            return None;
+        }
+        let (start, end) = widen_over_touching(spans, candidate, text, absorbed);
+        let freed: u64 = absorbed.iter().map(|&i| spans[i].token_count as u64).sum();
+        let header = merged_header(spans, absorbed, candidate, start);
+        // Tokens wholly inside the span, as the section was tokenized. Its own tokenization can be
+        // shorter (a word cut at the span's edge may become fewer pieces), so only a candidate
+        // far over the budget is rejected without the exact count: at most half of the section's
+        // tokens, less a few, are assumed to disappear.
+        let analysis = &self.analyses[candidate.hit_index as usize];
+        let covered = analysis.tokens.count_within(start as usize..end as usize) as u64;
+        if used - freed + (covered / 2).saturating_sub(4) > self.budget {
+            return None;
+        }
+        let merged_tokens = self.contexts.count(
+            self.tokenizer,
+            candidate.hit_index,
+            text,
+            analysis,
+            header,
+            (start, end),
+        ) as u64;
+        if used - freed + merged_tokens > self.budget {
+            return None;
+        }
+        let mut merged = PackedSpan {
+            hit_index: candidate.hit_index,
+            start,
+            end,
+            token_count: merged_tokens as u32,
+            header,
+            score: candidate.score,
+            parts: candidate.parts,
+            strategy: candidate.strategy,
+        };
+        take_best_score(&mut merged, spans, absorbed);
+        Some((merged, freed))
+    }
 }
 
 /// The fewest tokens a chunk standing alone is returned with: a new span must hold
@@ -238,16 +276,6 @@ fn take_best_score(merged: &mut PackedSpan, spans: &[PackedSpan], absorbed: &[us
     }
 }
 
-/// True when two byte ranges of `text` overlap or only whitespace lies between them.
-pub(super) fn overlaps_or_touches(text: &str, a: (u32, u32), b: (u32, u32)) -> bool {
-    let (first, second) = if a.0 <= b.0 { (a, b) } else { (b, a) };
-    if second.0 <= first.1 {
-        return true;
-    }
-    text.get(first.1 as usize..second.0 as usize)
-        .is_some_and(|gap| gap.chars().all(char::is_whitespace))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,15 +363,6 @@ mod tests {
             &contexts,
         );
         assert_eq!(spans.len(), 2, "{spans:?}");
-    }
-
-    #[test]
-    fn touching_means_only_whitespace_between() {
-        let text = "one two  three";
-        assert!(overlaps_or_touches(text, (0, 3), (4, 7)));
-        assert!(overlaps_or_touches(text, (4, 7), (0, 3)));
-        assert!(overlaps_or_touches(text, (0, 5), (4, 7)));
-        assert!(!overlaps_or_touches(text, (0, 3), (9, 14)));
     }
 }
 
@@ -741,7 +760,7 @@ mod properties {
             let mut candidates = Vec::new();
             if several_sizes {
                 // The candidates of a query whose sizes come from the budget: half, once and
-                // twice the size, overlapping each other (`validate::chunk_sizes`).
+                // twice the size, overlapping each other (`plan::chunk_sizes`).
                 let sizes = [max_size, (max_size / 2).max(1), max_size * 2];
                 candidates = crate::query::rechunk::rechunk(&hits, &analyses, &options, &sizes, Default::default());
                 let mut in_section = (u32::MAX, 0);

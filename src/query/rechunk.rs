@@ -1,7 +1,7 @@
 //! The rechunk stage: re-chunk only the retrieved sections, cutting on their token offsets. The semantic
 //! strategy reads the stored sentence vectors: no model pass.
 //!
-//! A query may cut its sections at several sizes (`validate::chunk_sizes`: when neither the
+//! A query may cut its sections at several sizes (`plan::chunk_sizes`: when neither the
 //! request nor the collection sets one, half the budget's chunk size, that size and twice it). The
 //! candidates of all sizes are scored together and the packer takes the best, merging what
 //! overlaps, so a question answered by one sentence gets that sentence and one answered by a

@@ -178,16 +178,12 @@ impl Engine {
 
     /// The model that makes this server's vectors, as log entries name it.
     fn vector_stamp(&self) -> VectorStamp {
-        match (&self.embedder, self.config.models.dense) {
-            (Some(embedder), DenseModel::Static) => VectorStamp {
-                model: "static".into(),
+        match &self.embedder {
+            Some(embedder) => VectorStamp {
+                model: self.config.models.dense.name().into(),
                 dim: embedder.dim() as u32,
             },
-            (Some(embedder), _) => VectorStamp {
-                model: "minilm".into(),
-                dim: embedder.dim() as u32,
-            },
-            (None, _) => VectorStamp {
+            None => VectorStamp {
                 model: String::new(),
                 dim: 0,
             },

@@ -6,19 +6,17 @@ use std::time::Instant;
 
 use super::cache::{Caches, ResultKey};
 use super::{Collection, Engine};
-use crate::chunk::ChunkOptions;
-use crate::config::DenseModel;
 use crate::embed::Embedder;
 use crate::error::Result;
 use crate::index::{CollectionIndex, SectionHit, Snapshot};
 use crate::query::context::SpanContexts;
 use crate::query::diversify::{self, MMR_POOL};
+use crate::query::plan::{self, PlanDefaults};
 use crate::query::{
     analyze, assemble, coarse, embed, expand, join, pack, rechunk, score, validate, Candidate,
-    FitInputs, SectionAnalysis,
+    EmbeddedQuery, FitInputs, QueryPlan, SectionAnalysis,
 };
-use crate::tokenizer::BudgetTokenizer;
-use crate::types::{RetrieveQuery, RetrieveResult, RetrievedChunk};
+use crate::types::{QueryVectorSource, RetrieveQuery, RetrieveResult, RetrievedChunk};
 
 /// Fixed for the life of the engine: how signals are weighed, and the query embedder.
 struct QuerySettings {
@@ -46,27 +44,13 @@ impl Engine {
             .collection_or_log(&query.collection)
             .await
             .map_err(|error| error.naming_documents(&query.filter.doc_ids))?;
-        let options = validate::resolve_chunking(
-            &query.chunking,
-            &collection.extra.default_chunking,
-            query.token_budget,
-            self.config.retrieval.default_chunk_tokens,
-            &self.config.limits,
-        )?;
-        let sizes = validate::chunk_sizes(
-            &query.chunking,
-            &collection.extra.default_chunking,
-            &options,
-            query.token_budget,
-            self.config.retrieval.default_chunk_tokens,
-        );
-        let top_k = validate::resolve_top_k(
-            query.top_k,
-            query.token_budget,
-            collection.settings.section_tokens,
-            &self.config.limits,
-            self.config.retrieval.default_top_k,
-        );
+        let defaults = PlanDefaults {
+            chunking: &collection.extra.default_chunking,
+            section_tokens: collection.settings.section_tokens,
+            limits: &self.config.limits,
+            retrieval: &self.config.retrieval,
+        };
+        let plan = plan::plan(&query, &defaults)?;
         let dense_watch = DenseStateWatch::start(&collection.index);
         // Read before the snapshot: everything applied up to it is in the snapshot.
         let log_position = self.applied_position();
@@ -76,18 +60,9 @@ impl Engine {
             generation: snapshot.generation,
             query,
         };
-        if let Some(cached) = self.caches.results.get(&key) {
-            self.record_result_lookup(true);
-            let mut result = (*cached).clone();
-            result.cache_hit = true;
-            result.log_position = log_position;
-            result.timings = vec![
-                ("cache", started.elapsed().as_micros() as u64),
-                ("total", started.elapsed().as_micros() as u64),
-            ];
-            return Ok(result);
+        if let Some(cached) = self.cached_answer(&key, started, log_position) {
+            return Ok(cached);
         }
-        self.record_result_lookup(false);
         let settings = self.query_settings();
         let caches = self.caches.clone();
         let stages_key = key.clone();
@@ -95,14 +70,15 @@ impl Engine {
         let mut result = self
             .pool
             .run(move || {
-                let query = &stages_key.query;
-                let plan = QueryPlan {
-                    query,
-                    options: &options,
-                    sizes: &sizes,
-                    top_k,
+                let run = QueryRun {
+                    collection: &stages_collection,
+                    snapshot: &snapshot,
+                    query: &stages_key.query,
+                    plan: &plan,
+                    settings: &settings,
+                    caches: &caches,
                 };
-                run_query_stages(&stages_collection, &snapshot, &plan, &settings, &caches)
+                run.run_stages()
             })
             .await?;
         result.generation = key.generation;
@@ -117,6 +93,29 @@ impl Engine {
             self.caches.results.insert(key, Arc::new(result.clone()));
         }
         Ok(result)
+    }
+
+    /// The cached answer to `key`, if any, as served from the cache now (its lookup recorded,
+    /// hit or miss).
+    fn cached_answer(
+        &self,
+        key: &ResultKey,
+        started: Instant,
+        log_position: u64,
+    ) -> Option<RetrieveResult> {
+        let Some(cached) = self.caches.results.get(key) else {
+            self.record_result_lookup(false);
+            return None;
+        };
+        self.record_result_lookup(true);
+        let mut result = (*cached).clone();
+        result.cache_hit = true;
+        result.log_position = log_position;
+        result.timings = vec![
+            ("cache", started.elapsed().as_micros() as u64),
+            ("total", started.elapsed().as_micros() as u64),
+        ];
+        Some(result)
     }
 
     fn query_settings(&self) -> QuerySettings {
@@ -137,10 +136,7 @@ impl Engine {
                 dense_weight: retrieval.rrf_dense_weight,
             },
             embedder: self.embedder.clone(),
-            model_name: match self.config.models.dense {
-                DenseModel::Static => "static",
-                _ => "minilm",
-            },
+            model_name: self.config.models.dense.name(),
         }
     }
 }
@@ -168,140 +164,165 @@ impl DenseStateWatch {
     }
 }
 
-/// The query with what the validate stage resolved for it.
-struct QueryPlan<'a> {
+/// One query's run of the stages on a snapshot: what they read.
+struct QueryRun<'a> {
+    collection: &'a Collection,
+    snapshot: &'a Snapshot,
     query: &'a RetrieveQuery,
-    options: &'a ChunkOptions,
-    /// The chunk sizes the sections are cut at (`validate::chunk_sizes`).
-    sizes: &'a [u32],
-    /// The coarse depth: the request's `top_k`, else the budget's.
-    top_k: u32,
+    plan: &'a QueryPlan,
+    settings: &'a QuerySettings,
+    caches: &'a Caches,
 }
 
-/// Runs the query stages in order (see [`crate::query`]), timing each under its own name.
-fn run_query_stages(
-    collection: &Collection,
-    snapshot: &Snapshot,
-    plan: &QueryPlan,
-    settings: &QuerySettings,
-    caches: &Caches,
-) -> Result<RetrieveResult> {
-    let QueryPlan {
-        query,
-        options,
-        sizes,
-        top_k,
-    } = *plan;
-    let mut timer = StageTimer::start();
-    let index = &collection.index;
-    let tokenizer = &collection.extra.tokenizer;
+/// What the first stages (embed, coarse, analyze) found.
+struct FoundSections {
+    embedded: EmbeddedQuery,
+    vector_source: QueryVectorSource,
+    hits: Vec<SectionHit>,
+    analyses: Vec<Arc<SectionAnalysis>>,
+    section_cache_misses: u32,
+}
 
-    let model = settings
-        .embedder
-        .as_deref()
-        .map(|embedder| embed::QueryModel {
-            embedder,
-            name: settings.model_name,
-        });
-    let vectors = &caches.query_vectors;
-    let (embedded, vector_source) = embed::embed(&query.query, model, vectors, index)?;
-    timer.lap("embed");
-
-    let query_vector = embedded.vector.as_deref();
-    let (filter, top_k) = (&query.filter, top_k as usize);
-    let hits = coarse::retrieve(
-        index,
-        snapshot,
-        &embedded.terms,
-        query_vector,
-        filter,
-        top_k,
-        settings.fusion,
-    )?;
-    timer.lap("coarse");
-
-    let (analyses, section_cache_misses) = analyze::analyze(&hits, tokenizer, &caches.sections);
-    timer.lap("analyze");
-
-    let semantic_threshold = validate::semantic_threshold(&query.chunking);
-    let mut candidates = rechunk::rechunk(&hits, &analyses, options, sizes, semantic_threshold);
-    timer.lap("rechunk");
-
-    let scoring_terms = &embedded.scoring_terms;
-    score::score(
-        &mut candidates,
-        &hits,
-        &analyses,
-        scoring_terms,
-        query_vector,
-        settings.weights,
-    );
-    timer.lap("score");
-
-    let diversified = diversify_if_asked(query, &mut candidates, &hits, query_vector, settings);
-    if diversified {
-        timer.lap("diversify");
+impl QueryRun<'_> {
+    /// Runs the query stages in order (see [`crate::query`]), timing each under its own name.
+    fn run_stages(&self) -> Result<RetrieveResult> {
+        let mut timer = StageTimer::start();
+        let found = self.find_sections(&mut timer)?;
+        let candidates = self.rank_chunks(&found, &mut timer);
+        let chunks = self.fit_budget(&candidates, &found, &mut timer);
+        let query = self.query;
+        Ok(RetrieveResult {
+            tokens_used: chunks.iter().map(|c| c.token_count).sum(),
+            token_budget: query.token_budget,
+            generation: self.snapshot.generation,
+            cache_hit: false,
+            timings: timer.timings,
+            sections_considered: found.hits.len() as u32,
+            section_cache_misses: found.section_cache_misses,
+            chunks_considered: candidates.len() as u32,
+            chunks,
+            log_position: 0,
+            query_vector: found.vector_source,
+        })
     }
-    score::trace_candidates(
-        &query.query,
-        query.token_budget,
-        diversified,
-        &candidates,
-        &hits,
-    );
 
-    let chunks = fit_budget(query, &candidates, &hits, &analyses, tokenizer, &mut timer);
+    /// The embed, coarse and analyze stages: the query's vector and terms, the sections they
+    /// retrieve and the analysis of each.
+    fn find_sections(&self, timer: &mut StageTimer) -> Result<FoundSections> {
+        let (settings, query) = (self.settings, self.query);
+        let index = &self.collection.index;
+        let model = settings
+            .embedder
+            .as_deref()
+            .map(|embedder| embed::QueryModel {
+                embedder,
+                name: settings.model_name,
+            });
+        let vectors = &self.caches.query_vectors;
+        let (embedded, vector_source) = embed::embed(&query.query, model, vectors, index)?;
+        timer.lap("embed");
 
-    Ok(RetrieveResult {
-        tokens_used: chunks.iter().map(|c| c.token_count).sum(),
-        token_budget: query.token_budget,
-        generation: snapshot.generation,
-        cache_hit: false,
-        timings: timer.timings,
-        sections_considered: hits.len() as u32,
-        section_cache_misses,
-        chunks_considered: candidates.len() as u32,
-        chunks,
-        log_position: 0,
-        query_vector: vector_source,
-    })
-}
+        let hits = coarse::retrieve(
+            index,
+            self.snapshot,
+            &embedded.terms,
+            embedded.vector.as_deref(),
+            &query.filter,
+            self.plan.top_k as usize,
+            settings.fusion,
+        )?;
+        timer.lap("coarse");
 
-/// The last stages: pack the best chunks into the token budget, grow them into what is left,
-/// read the spans of neighbouring sections as one where only whitespace lies between, and put
-/// them in the asked order.
-fn fit_budget(
-    query: &RetrieveQuery,
-    candidates: &[Candidate],
-    hits: &[SectionHit],
-    analyses: &[Arc<SectionAnalysis>],
-    tokenizer: &BudgetTokenizer,
-    timer: &mut StageTimer,
-) -> Vec<RetrievedChunk> {
-    let budget = query.token_budget;
-    let selection = &query.selection;
-    let contexts = SpanContexts::for_order(query.order, hits, tokenizer);
-    let mut spans = pack::pack(
-        candidates, hits, analyses, budget, tokenizer, selection, &contexts,
-    );
-    timer.lap("pack");
+        let tokenizer = &self.collection.extra.tokenizer;
+        let (analyses, section_cache_misses) =
+            analyze::analyze(&hits, tokenizer, &self.caches.sections);
+        timer.lap("analyze");
+        Ok(FoundSections {
+            embedded,
+            vector_source,
+            hits,
+            analyses,
+            section_cache_misses,
+        })
+    }
 
-    let fit = FitInputs {
-        hits,
-        analyses,
-        budget,
-        tokenizer,
-        contexts: &contexts,
-    };
-    expand::expand(&mut spans, &fit);
-    timer.lap("expand");
+    /// The rechunk and score stages, then diversify when asked: the candidates in the order
+    /// pack takes them.
+    fn rank_chunks(&self, found: &FoundSections, timer: &mut StageTimer) -> Vec<Candidate> {
+        let (plan, query) = (self.plan, self.query);
+        let (hits, analyses) = (&found.hits, &found.analyses);
+        let mut candidates = rechunk::rechunk(
+            hits,
+            analyses,
+            &plan.chunking,
+            &plan.sizes,
+            plan.semantic_threshold,
+        );
+        timer.lap("rechunk");
 
-    let mut passages = join::join(&mut spans, &fit);
-    timer.lap("join");
+        let query_vector = found.embedded.vector.as_deref();
+        score::score(
+            &mut candidates,
+            hits,
+            analyses,
+            &found.embedded.scoring_terms,
+            query_vector,
+            self.settings.weights,
+        );
+        timer.lap("score");
 
-    let chunks = assemble::assemble(&spans, &mut passages, hits, query.order, &contexts);
-    timer.lap("assemble");
-    chunks
+        let diversified =
+            diversify_if_asked(query, &mut candidates, hits, query_vector, self.settings);
+        if diversified {
+            timer.lap("diversify");
+        }
+        score::trace_candidates(
+            &query.query,
+            query.token_budget,
+            diversified,
+            &candidates,
+            hits,
+        );
+        candidates
+    }
+
+    /// The last stages: pack the best chunks into the token budget, grow them into what is
+    /// left, read the spans of neighbouring sections as one where only whitespace lies between,
+    /// and put them in the asked order.
+    fn fit_budget(
+        &self,
+        candidates: &[Candidate],
+        found: &FoundSections,
+        timer: &mut StageTimer,
+    ) -> Vec<RetrievedChunk> {
+        let query = self.query;
+        let (hits, analyses) = (&found.hits, &found.analyses);
+        let tokenizer = &self.collection.extra.tokenizer;
+        let budget = query.token_budget;
+        let selection = &query.selection;
+        let contexts = SpanContexts::for_order(query.order, hits, tokenizer);
+        let mut spans = pack::pack(
+            candidates, hits, analyses, budget, tokenizer, selection, &contexts,
+        );
+        timer.lap("pack");
+
+        let fit = FitInputs {
+            hits,
+            analyses,
+            budget,
+            tokenizer,
+            contexts: &contexts,
+        };
+        expand::expand(&mut spans, &fit);
+        timer.lap("expand");
+
+        let mut passages = join::join(&mut spans, &fit);
+        timer.lap("join");
+
+        let chunks = assemble::assemble(&spans, &mut passages, hits, query.order, &contexts);
+        timer.lap("assemble");
+        chunks
+    }
 }
 
 /// Each stage's time in microseconds, under its name, in the order they ran.

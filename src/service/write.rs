@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::Engine;
-use crate::config::{DenseModel, FineModeName};
+use crate::config::FineModeName;
 use crate::embed::FineMode;
 use crate::error::{LatheError, Result};
 use crate::index::WriteOp;
@@ -148,10 +148,7 @@ impl Engine {
             FineModeName::Late => FineMode::LateChunking,
             FineModeName::Sentence => FineMode::PerSentence,
         };
-        let model = match self.config.models.dense {
-            DenseModel::Static => "static",
-            _ => "minilm",
-        };
+        let model = self.config.models.dense.name();
         let metrics = Arc::clone(&self.metrics);
         let _slot = match embedder {
             Some(_) => Some(
