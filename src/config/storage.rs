@@ -58,7 +58,7 @@ pub struct DenseConfig {
     pub rebuild_dead_share: f32,
     /// Candidate list of a dense search in each segment (raised to the neighbours asked for):
     /// larger finds more of the exact nearest sections, at a cost growing with it. The list is
-    /// that of hnsw_rs's plain search (see `dense::search_segment`).
+    /// that of hnsw_rs's plain search (see `dense::search::search_segment`).
     pub ef_search: usize,
     /// Sealed segments a collection's open loads at once (0: one per core). Side by side, a
     /// million sections open in 9–13 s instead of 14–16 s, and hold about 350 MiB more (the
