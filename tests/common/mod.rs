@@ -60,10 +60,6 @@ impl TestServer {
         }
     }
 
-    pub fn channel_uri(&self) -> String {
-        format!("http://{}", self.address)
-    }
-
     /// Graceful stop: drain, commit, close.
     pub async fn stop(self) {
         self.server.stop().await.expect("the server stops cleanly");
