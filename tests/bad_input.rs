@@ -39,7 +39,7 @@ async fn a_one_megabyte_query_is_rejected_by_the_query_limit_or_the_message_limi
             // The default message limit (64 MiB) admits it; the query limit (16 KiB) does not.
             expect_code(
                 client
-                    .retrieve(retrieve_request("c", &megabyte_query, 100))
+                    .retrieve(retrieve_request("c", megabyte_query, 100))
                     .await,
                 Code::InvalidArgument,
                 &[
@@ -60,7 +60,7 @@ async fn a_one_megabyte_query_is_rejected_by_the_query_limit_or_the_message_limi
         .run(|Served { mut client, .. }| async move {
             expect_code(
                 client
-                    .retrieve(retrieve_request("c", &megabyte_query, 100))
+                    .retrieve(retrieve_request("c", megabyte_query, 100))
                     .await,
                 Code::ResourceExhausted,
                 &["message length too large", "65536"],
