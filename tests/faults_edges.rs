@@ -17,24 +17,6 @@ use lathe::tokens::MAX_BYTES_PER_TOKEN;
 
 const SECTION_TOKENS: u32 = 1024;
 
-async fn create_with_tokenizer(
-    client: &mut proto::lathe_client::LatheClient<tonic::transport::Channel>,
-    name: &str,
-    tokenizer: &str,
-) {
-    client
-        .create_collection(proto::CreateCollectionRequest {
-            name: name.to_string(),
-            settings: Some(proto::CollectionSettings {
-                budget_tokenizer: tokenizer.to_string(),
-                section_tokens: Some(SECTION_TOKENS),
-                ..Default::default()
-            }),
-        })
-        .await
-        .expect("create collection");
-}
-
 /// Item 7: `"zebra " + "b" x 10,000,000` and `"yak " + "😀" x 1,310,720` (5 MB), with the
 /// MiniLM and cl100k_base budget tokenizers, on a fresh lexical server. Before the fix, the
 /// answer to `zebra` with a budget of 256 was the whole 10,000,006-byte document as one chunk
@@ -45,92 +27,92 @@ async fn a_huge_token_cannot_break_the_budget_or_make_a_query_read_megabytes() {
     let emoji = format!("yak {}", "😀".repeat(5 << 18));
     // Each section holds at most SECTION_TOKENS tokens, so at most this many bytes.
     let section_bytes_bound = SECTION_TOKENS as u64 * MAX_BYTES_PER_TOKEN as u64;
+    let (letters, emoji) = (&letters, &emoji);
     for tokenizer in ["minilm", "cl100k_base"] {
         // A fresh server each time: nothing cached, every section analysed by the query itself.
-        let dir = tempfile::tempdir().unwrap();
-        let server = TestServer::start_with(lexical_config(dir.path())).await;
-        let mut client = server.client.clone();
-        create_with_tokenizer(&mut client, "huge", tokenizer).await;
-        upsert(
-            &mut client,
-            "huge",
-            vec![
-                document("letters", &letters, proto::DocumentFormat::Plain),
-                document("emoji", &emoji, proto::DocumentFormat::Plain),
-            ],
-        )
-        .await;
-        for (query, text) in [("zebra", &letters), ("yak", &emoji)] {
-            let answer = retrieve(&mut client, retrieve_request("huge", query, 256)).await;
-            let returned: usize = answer
-                .chunks
-                .iter()
-                .map(|chunk| chunk.text.len() + chunk.context.len())
-                .sum();
-            assert!(
-                answer.tokens_used <= 256,
-                "{tokenizer} {query}: {} tokens used",
-                answer.tokens_used
-            );
-            assert!(
-                !answer.chunks.is_empty(),
-                "{tokenizer} {query}: nothing returned"
-            );
-            assert!(
-                returned <= 256 * MAX_BYTES_PER_TOKEN,
-                "{tokenizer} {query}: {returned} bytes returned for a budget of 256 tokens"
-            );
-            for chunk in &answer.chunks {
-                let bytes = chunk.bytes.as_ref().unwrap();
-                assert_eq!(
-                    &text[bytes.start as usize..bytes.end as usize],
-                    chunk.text,
-                    "{tokenizer} {query}: offsets"
+        Fixture::lexical()
+            .collection("huge")
+            .settings(proto::CollectionSettings {
+                budget_tokenizer: tokenizer.to_string(),
+                section_tokens: Some(SECTION_TOKENS),
+                ..Default::default()
+            })
+            .documents(vec![
+                document("letters", letters, proto::DocumentFormat::Plain),
+                document("emoji", emoji, proto::DocumentFormat::Plain),
+            ])
+            .run(|Served { mut client, .. }| async move {
+                for (query, text) in [("zebra", &letters), ("yak", &emoji)] {
+                    let answer = retrieve(&mut client, retrieve_request("huge", query, 256)).await;
+                    let returned: usize = answer
+                        .chunks
+                        .iter()
+                        .map(|chunk| chunk.text.len() + chunk.context.len())
+                        .sum();
+                    assert!(
+                        answer.tokens_used <= 256,
+                        "{tokenizer} {query}: {} tokens used",
+                        answer.tokens_used
+                    );
+                    assert!(
+                        !answer.chunks.is_empty(),
+                        "{tokenizer} {query}: nothing returned"
+                    );
+                    assert!(
+                        returned <= 256 * MAX_BYTES_PER_TOKEN,
+                        "{tokenizer} {query}: {returned} bytes returned for a budget of 256 tokens"
+                    );
+                    for chunk in &answer.chunks {
+                        let bytes = chunk.bytes.as_ref().unwrap();
+                        assert_eq!(
+                            &text[bytes.start as usize..bytes.end as usize],
+                            chunk.text,
+                            "{tokenizer} {query}: offsets"
+                        );
+                    }
+
+                    // The query's own work is bounded by what it analyses: the one section that holds
+                    // the query word, at most `section_bytes_bound` long. With a budget that holds a
+                    // whole section, all of it comes back, which shows how long it is.
+                    let mut whole = retrieve_request("huge", query, 32_768);
+                    whole.top_k = Some(1);
+                    let whole = retrieve(&mut client, whole).await;
+                    assert_eq!(whole.sections_considered, 1, "{tokenizer} {query}");
+                    let section_end = whole
+                        .chunks
+                        .iter()
+                        .map(|chunk| chunk.bytes.as_ref().unwrap().end)
+                        .max()
+                        .unwrap();
+                    assert!(
+                        whole
+                            .chunks
+                            .iter()
+                            .all(|chunk| chunk.section_id.ends_with("#0")),
+                        "{tokenizer} {query}: {:?}",
+                        whole
+                            .chunks
+                            .iter()
+                            .map(|c| &c.section_id)
+                            .collect::<Vec<_>>()
+                    );
+                    assert!(
+                        section_end <= section_bytes_bound,
+                        "{tokenizer} {query}: the query analysed a section of {section_end} bytes"
+                    );
+                }
+                // Sectioning counted honestly: the documents were cut into at least this many sections.
+                let stats = collection_stats(&mut client, "huge").await;
+                let least_sections = (letters.len() as u64).div_ceil(section_bytes_bound)
+                    + (emoji.len() as u64).div_ceil(section_bytes_bound);
+                assert!(
+                    stats.sections >= least_sections,
+                    "{tokenizer}: {} sections for {} bytes; at least {least_sections} expected",
+                    stats.sections,
+                    stats.bytes
                 );
-            }
-
-            // The query's own work is bounded by what it analyses: the one section that holds
-            // the query word, at most `section_bytes_bound` long. With a budget that holds a
-            // whole section, all of it comes back, which shows how long it is.
-            let mut whole = retrieve_request("huge", query, 32_768);
-            whole.top_k = Some(1);
-            let whole = retrieve(&mut client, whole).await;
-            assert_eq!(whole.sections_considered, 1, "{tokenizer} {query}");
-            let section_end = whole
-                .chunks
-                .iter()
-                .map(|chunk| chunk.bytes.as_ref().unwrap().end)
-                .max()
-                .unwrap();
-            assert!(
-                whole
-                    .chunks
-                    .iter()
-                    .all(|chunk| chunk.section_id.ends_with("#0")),
-                "{tokenizer} {query}: {:?}",
-                whole
-                    .chunks
-                    .iter()
-                    .map(|c| &c.section_id)
-                    .collect::<Vec<_>>()
-            );
-            assert!(
-                section_end <= section_bytes_bound,
-                "{tokenizer} {query}: the query analysed a section of {section_end} bytes"
-            );
-        }
-        // Sectioning counted honestly: the documents were cut into at least this many sections.
-        let stats = collection_stats(&mut client, "huge").await;
-        let least_sections = (letters.len() as u64).div_ceil(section_bytes_bound)
-            + (emoji.len() as u64).div_ceil(section_bytes_bound);
-        assert!(
-            stats.sections >= least_sections,
-            "{tokenizer}: {} sections for {} bytes; at least {least_sections} expected",
-            stats.sections,
-            stats.bytes
-        );
-
-        server.stop().await;
+            })
+            .await;
     }
 }
 

@@ -544,78 +544,81 @@ async fn reader(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writes_and_reads_stay_fresh_and_consistent() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path()).await;
-    let mut client = server.client.clone();
-    create_collection(&mut client, COLLECTION).await;
-    let history = Arc::new(History::new());
-    let writers_done = Arc::new(AtomicBool::new(false));
+    Fixture::new()
+        .collection(COLLECTION)
+        .run(|Served { mut client, .. }| async move {
+            let history = Arc::new(History::new());
+            let writers_done = Arc::new(AtomicBool::new(false));
 
-    let readers: Vec<_> = (0..READERS)
-        .map(|i| {
-            tokio::spawn(reader(
-                server.client.clone(),
-                Arc::clone(&history),
-                i,
-                Arc::clone(&writers_done),
-            ))
-        })
-        .collect();
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|i| tokio::spawn(writer(server.client.clone(), Arc::clone(&history), i)))
-        .collect();
-    let mut writer_failure = None;
-    let mut counts = WriteCounts::default();
-    for writer in writers {
-        match writer.await {
-            Ok(done) => {
-                counts.upserts += done.upserts;
-                counts.deletes += done.deletes;
-                counts.upserts_after_delete += done.upserts_after_delete;
-                counts.same_content_upserts += done.same_content_upserts;
+            let readers: Vec<_> = (0..READERS)
+                .map(|i| {
+                    tokio::spawn(reader(
+                        client.clone(),
+                        Arc::clone(&history),
+                        i,
+                        Arc::clone(&writers_done),
+                    ))
+                })
+                .collect();
+            let writers: Vec<_> = (0..WRITERS)
+                .map(|i| tokio::spawn(writer(client.clone(), Arc::clone(&history), i)))
+                .collect();
+            let mut writer_failure = None;
+            let mut counts = WriteCounts::default();
+            for writer in writers {
+                match writer.await {
+                    Ok(done) => {
+                        counts.upserts += done.upserts;
+                        counts.deletes += done.deletes;
+                        counts.upserts_after_delete += done.upserts_after_delete;
+                        counts.same_content_upserts += done.same_content_upserts;
+                    }
+                    Err(error) => {
+                        writer_failure.get_or_insert(error);
+                    }
+                }
             }
-            Err(error) => {
-                writer_failure.get_or_insert(error);
+            writers_done.store(true, Ordering::SeqCst);
+            let (mut answers, mut chunks, mut hits) = (0, 0, 0);
+            for reader in readers {
+                let (a, c, h) = reader.await.expect("reader");
+                (answers, chunks, hits) = (answers + a, chunks + c, hits + h);
             }
-        }
-    }
-    writers_done.store(true, Ordering::SeqCst);
-    let (mut answers, mut chunks, mut hits) = (0, 0, 0);
-    for reader in readers {
-        let (a, c, h) = reader.await.expect("reader");
-        (answers, chunks, hits) = (answers + a, chunks + c, hits + h);
-    }
-    if let Some(error) = writer_failure {
-        std::panic::resume_unwind(error.into_panic());
-    }
-    eprintln!(
-        "writers: {} upserts ({} after a delete, {} of the deleted content), {} deletes; \
+            if let Some(error) = writer_failure {
+                std::panic::resume_unwind(error.into_panic());
+            }
+            eprintln!(
+                "writers: {} upserts ({} after a delete, {} of the deleted content), {} deletes; \
          readers: {answers} answers, {chunks} chunks checked, {hits} cache hits",
-        counts.upserts, counts.upserts_after_delete, counts.same_content_upserts, counts.deletes
-    );
-    // The schedule is deterministic; these say it covers every kind of write.
-    assert!(counts.deletes > 0 && counts.upserts_after_delete > 0);
-    assert!(counts.same_content_upserts > 0);
-    assert!(chunks > 0, "the readers checked no chunk at all");
-    assert!(hits > 0, "no cached answer was checked");
+                counts.upserts,
+                counts.upserts_after_delete,
+                counts.same_content_upserts,
+                counts.deletes
+            );
+            // The schedule is deterministic; these say it covers every kind of write.
+            assert!(counts.deletes > 0 && counts.upserts_after_delete > 0);
+            assert!(counts.same_content_upserts > 0);
+            assert!(chunks > 0, "the readers checked no chunk at all");
+            assert!(hits > 0, "no cached answer was checked");
 
-    // Finally every document is as its last acknowledged write left it.
-    for document in 0..DOCUMENTS {
-        let (_, seen) = checked_retrieve(
-            &mut client,
-            &history,
-            request(&document_word(document), 8, vec![doc_id(document)]),
-        )
+            // Finally every document is as its last acknowledged write left it.
+            for document in 0..DOCUMENTS {
+                let (_, seen) = checked_retrieve(
+                    &mut client,
+                    &history,
+                    request(&document_word(document), 8, vec![doc_id(document)]),
+                )
+                .await;
+                let last = history.documents[document]
+                    .lock()
+                    .unwrap()
+                    .writes
+                    .last()
+                    .and_then(|w| w.version);
+                assert_eq!(seen.get(&document).copied(), last, "doc{document}");
+            }
+        })
         .await;
-        let last = history.documents[document]
-            .lock()
-            .unwrap()
-            .writes
-            .last()
-            .and_then(|w| w.version);
-        assert_eq!(seen.get(&document).copied(), last, "doc{document}");
-    }
-    server.stop().await;
 }
 
 /// The same query text before and after each write, step by step: the result cache answers a
@@ -623,90 +626,91 @@ async fn concurrent_writes_and_reads_stay_fresh_and_consistent() {
 /// to a fresh answer of the new version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn result_cache_is_keyed_by_generation_and_never_stale() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path()).await;
-    let mut client = server.client.clone();
-    create_collection(&mut client, COLLECTION).await;
-    let history = History::new();
-    let document = 0;
-    let query = document_word(document);
+    Fixture::new()
+        .collection(COLLECTION)
+        .run(|Served { mut client, .. }| async move {
+            let history = History::new();
+            let document = 0;
+            let query = document_word(document);
 
-    // Asks `query` twice: the first answer is computed, the second comes from the cache and is
-    // the same. Returns the first and the versions of `document` seen.
-    async fn ask_twice(
-        client: &mut LatheClient<Channel>,
-        history: &History,
-        query: &str,
-    ) -> (proto::RetrieveResponse, Option<u64>) {
-        let (first, seen) = checked_retrieve(client, history, request(query, 8, Vec::new())).await;
-        assert!(!first.cache_hit, "the first answer after a write is fresh");
-        let (again, seen_again) =
-            checked_retrieve(client, history, request(query, 8, Vec::new())).await;
-        assert!(
-            again.cache_hit,
-            "the repeated query is answered by the cache"
-        );
-        assert_eq!(again.generation, first.generation);
-        assert_eq!(again.chunks, first.chunks);
-        assert_eq!(seen_again, seen);
-        (first, seen.get(&0).copied())
-    }
+            // Asks `query` twice: the first answer is computed, the second comes from the cache and is
+            // the same. Returns the first and the versions of `document` seen.
+            async fn ask_twice(
+                client: &mut LatheClient<Channel>,
+                history: &History,
+                query: &str,
+            ) -> (proto::RetrieveResponse, Option<u64>) {
+                let (first, seen) =
+                    checked_retrieve(client, history, request(query, 8, Vec::new())).await;
+                assert!(!first.cache_hit, "the first answer after a write is fresh");
+                let (again, seen_again) =
+                    checked_retrieve(client, history, request(query, 8, Vec::new())).await;
+                assert!(
+                    again.cache_hit,
+                    "the repeated query is answered by the cache"
+                );
+                assert_eq!(again.generation, first.generation);
+                assert_eq!(again.chunks, first.chunks);
+                assert_eq!(seen_again, seen);
+                (first, seen.get(&0).copied())
+            }
 
-    async fn upsert_version(
-        client: &mut LatheClient<Channel>,
-        history: &History,
-        version: u64,
-    ) -> u64 {
-        let text = version_text(0, version);
-        let write = history.begin_write(0, Some(version), Some(text.clone()));
-        let written = upsert(
-            client,
-            COLLECTION,
-            vec![version_document(0, version, &text)],
-        )
+            async fn upsert_version(
+                client: &mut LatheClient<Channel>,
+                history: &History,
+                version: u64,
+            ) -> u64 {
+                let text = version_text(0, version);
+                let write = history.begin_write(0, Some(version), Some(text.clone()));
+                let written = upsert(
+                    client,
+                    COLLECTION,
+                    vec![version_document(0, version, &text)],
+                )
+                .await;
+                history.acknowledge(0, write);
+                written.generation
+            }
+
+            let generation_1 = upsert_version(&mut client, &history, 1).await;
+            let (answer, version) = ask_twice(&mut client, &history, &query).await;
+            assert_eq!((answer.generation, version), (generation_1, Some(1)));
+            assert_eq!(answer.chunks.len(), 3, "every section of version 1");
+
+            let generation_2 = upsert_version(&mut client, &history, 2).await;
+            assert!(generation_2 > generation_1);
+            let (answer, version) = ask_twice(&mut client, &history, &query).await;
+            assert_eq!((answer.generation, version), (generation_2, Some(2)));
+
+            let write = history.begin_write(document, None, None);
+            let generation_3 = delete(&mut client, document).await;
+            history.acknowledge(document, write);
+            let (answer, version) = ask_twice(&mut client, &history, &query).await;
+            assert_eq!((answer.generation, version), (generation_3, None));
+
+            // The very content of version 1 again: same content hash, same section keys, same section
+            // cache entries; only the generation tells the cached answer of generation 1 from this one.
+            let generation_4 = upsert_version(&mut client, &history, 1).await;
+            let (answer, version) = ask_twice(&mut client, &history, &query).await;
+            assert_eq!((answer.generation, version), (generation_4, Some(1)));
+            assert_eq!(answer.chunks.len(), 3);
+
+            // Version 5 keeps the closing section's text word for word (a section cache hit) but moves it
+            // (a shorter first section): its offsets must be those of version 5 (checked on every chunk).
+            let generation_5 = upsert_version(&mut client, &history, 5).await;
+            let (answer, version) = ask_twice(&mut client, &history, &query).await;
+            assert_eq!((answer.generation, version), (generation_5, Some(5)));
+            let closing = answer
+                .chunks
+                .iter()
+                .find(|c| c.heading_path.last().map(String::as_str) == Some("Closing notes"))
+                .expect("the closing section");
+            let moved_from = version_text(0, 1).find("## Closing notes").unwrap();
+            let moved_to = version_text(0, 5).find("## Closing notes").unwrap();
+            assert_ne!(moved_from, moved_to);
+            assert!(closing.bytes.unwrap().start as usize >= moved_to);
+        })
         .await;
-        history.acknowledge(0, write);
-        written.generation
-    }
-
-    let generation_1 = upsert_version(&mut client, &history, 1).await;
-    let (answer, version) = ask_twice(&mut client, &history, &query).await;
-    assert_eq!((answer.generation, version), (generation_1, Some(1)));
-    assert_eq!(answer.chunks.len(), 3, "every section of version 1");
-
-    let generation_2 = upsert_version(&mut client, &history, 2).await;
-    assert!(generation_2 > generation_1);
-    let (answer, version) = ask_twice(&mut client, &history, &query).await;
-    assert_eq!((answer.generation, version), (generation_2, Some(2)));
-
-    let write = history.begin_write(document, None, None);
-    let generation_3 = delete(&mut client, document).await;
-    history.acknowledge(document, write);
-    let (answer, version) = ask_twice(&mut client, &history, &query).await;
-    assert_eq!((answer.generation, version), (generation_3, None));
-
-    // The very content of version 1 again: same content hash, same section keys, same section
-    // cache entries; only the generation tells the cached answer of generation 1 from this one.
-    let generation_4 = upsert_version(&mut client, &history, 1).await;
-    let (answer, version) = ask_twice(&mut client, &history, &query).await;
-    assert_eq!((answer.generation, version), (generation_4, Some(1)));
-    assert_eq!(answer.chunks.len(), 3);
-
-    // Version 5 keeps the closing section's text word for word (a section cache hit) but moves it
-    // (a shorter first section): its offsets must be those of version 5 (checked on every chunk).
-    let generation_5 = upsert_version(&mut client, &history, 5).await;
-    let (answer, version) = ask_twice(&mut client, &history, &query).await;
-    assert_eq!((answer.generation, version), (generation_5, Some(5)));
-    let closing = answer
-        .chunks
-        .iter()
-        .find(|c| c.heading_path.last().map(String::as_str) == Some("Closing notes"))
-        .expect("the closing section");
-    let moved_from = version_text(0, 1).find("## Closing notes").unwrap();
-    let moved_to = version_text(0, 5).find("## Closing notes").unwrap();
-    assert_ne!(moved_from, moved_to);
-    assert!(closing.bytes.unwrap().start as usize >= moved_to);
-    server.stop().await;
 }
 
 /// A deleted document's section vectors leave the dense index with it. Before the fix a delete
@@ -715,10 +719,6 @@ async fn result_cache_is_keyed_by_generation_and_never_stale() {
 /// the dense leg empty, and they never counted towards compaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_documents_leave_the_dense_index() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path()).await;
-    let mut client = server.client.clone();
-    create_collection(&mut client, COLLECTION).await;
     let query = "volcano eruption lava";
     // Near copies of the query, nearer to it than anything kept.
     let deleted: Vec<String> = (0..12).map(|i| format!("gone{i}")).collect();
@@ -730,37 +730,42 @@ async fn deleted_documents_leave_the_dense_index() {
             document(id, &text, Format::Plain)
         })
         .collect();
-    upsert(&mut client, COLLECTION, near_copies).await;
-    // Related in meaning, but sharing no term with the query: only the dense leg finds it.
-    let kept = "Molten rock climbs through vents in the crust and spills down the mountain.";
-    upsert(
-        &mut client,
-        COLLECTION,
-        vec![document("kept", kept, Format::Plain)],
-    )
-    .await;
-    let before = retrieve(&mut client, retrieve_request(COLLECTION, query, 256)).await;
-    assert!(before.chunks.iter().any(|c| c.doc_id.starts_with("gone")));
+    Fixture::new()
+        .collection(COLLECTION)
+        .documents(near_copies)
+        .run(|Served { mut client, .. }| async move {
+            // Related in meaning, but sharing no term with the query: only the dense leg finds it.
+            let kept =
+                "Molten rock climbs through vents in the crust and spills down the mountain.";
+            upsert(
+                &mut client,
+                COLLECTION,
+                vec![document("kept", kept, Format::Plain)],
+            )
+            .await;
+            let before = retrieve(&mut client, retrieve_request(COLLECTION, query, 256)).await;
+            assert!(before.chunks.iter().any(|c| c.doc_id.starts_with("gone")));
 
-    client
-        .delete_documents(proto::DeleteDocumentsRequest {
-            collection: COLLECTION.to_string(),
-            ids: deleted.clone(),
-            wait: true,
+            client
+                .delete_documents(proto::DeleteDocumentsRequest {
+                    collection: COLLECTION.to_string(),
+                    ids: deleted.clone(),
+                    wait: true,
+                })
+                .await
+                .expect("delete");
+            for top_k in [1, 4] {
+                let mut request = retrieve_request(COLLECTION, query, 256);
+                request.top_k = Some(top_k);
+                let after = retrieve(&mut client, request).await;
+                let ids: Vec<&str> = after.chunks.iter().map(|c| c.doc_id.as_str()).collect();
+                assert_eq!(
+                    ids,
+                    vec!["kept"],
+                    "top_k {top_k}: the only live document is the dense leg's nearest"
+                );
+                assert_eq!(after.chunks[0].text, kept);
+            }
         })
-        .await
-        .expect("delete");
-    for top_k in [1, 4] {
-        let mut request = retrieve_request(COLLECTION, query, 256);
-        request.top_k = Some(top_k);
-        let after = retrieve(&mut client, request).await;
-        let ids: Vec<&str> = after.chunks.iter().map(|c| c.doc_id.as_str()).collect();
-        assert_eq!(
-            ids,
-            vec!["kept"],
-            "top_k {top_k}: the only live document is the dense leg's nearest"
-        );
-        assert_eq!(after.chunks[0].text, kept);
-    }
-    server.stop().await;
+        .await;
 }

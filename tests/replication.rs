@@ -616,26 +616,28 @@ async fn a_data_dir_applied_from_another_log_is_refused_by_name() {
 
 #[tokio::test]
 async fn a_single_node_refuses_a_consistency_token_by_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut server = common::TestServer::start_with(common::lexical_config(dir.path())).await;
-    common::create_collection(&mut server.client, "c").await;
-    let reply = common::upsert(&mut server.client, "c", documents(0..1, 20)).await;
-    assert_eq!(reply.consistency_token, 0, "no log, no token");
-    let status = server
-        .client
-        .retrieve(read_at("c", "spindle", 7))
-        .await
-        .unwrap_err();
-    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
-    assert!(
-        status.message().contains("consistency_token 7")
-            && status.message().contains("replication.nats_url"),
-        "{}",
-        status.message()
-    );
-    let answer = common::retrieve(&mut server.client, read_at("c", "document", 0)).await;
-    assert_eq!(answer.log_position, 0);
-    server.stop().await;
+    common::Fixture::lexical()
+        .collection("c")
+        .documents(documents(0..1, 20))
+        .run(|served| async move {
+            let mut client = served.client;
+            let reply = served.written.expect("the fixture's upsert");
+            assert_eq!(reply.consistency_token, 0, "no log, no token");
+            let status = client
+                .retrieve(read_at("c", "spindle", 7))
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+            assert!(
+                status.message().contains("consistency_token 7")
+                    && status.message().contains("replication.nats_url"),
+                "{}",
+                status.message()
+            );
+            let answer = common::retrieve(&mut client, read_at("c", "document", 0)).await;
+            assert_eq!(answer.log_position, 0);
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -60,21 +60,164 @@ impl TestServer {
         }
     }
 
-    pub fn channel_uri(&self) -> String {
-        format!("http://{}", self.address)
-    }
-
     /// Graceful stop: drain, commit, close.
     pub async fn stop(self) {
         self.server.stop().await.expect("the server stops cleanly");
     }
 }
 
+/// One test against a fresh server: the scaffold every in-process server test shares.
+///
+/// ```ignore
+/// Fixture::lexical()
+///     .config(|config| config.limits.max_document_bytes = 1024)
+///     .collection("c")
+///     .documents(vec![document("d", "Lathes turn wood.", Format::Plain)])
+///     .run(|Served { mut client, .. }| async move {
+///         still_serving(&mut client, "c", "lathes", "d").await;
+///     })
+///     .await;
+/// ```
+///
+/// `run` owns the test's time limit ([`TEST_LIMIT`]), the temporary directory (the data dir is its
+/// `data`), the server (started with the test configuration as adjusted, stopped cleanly once the
+/// body returns), the collection (created with its settings, if one is named) and the documents
+/// (upserted into it with `wait`, if any are given).
+pub struct Fixture {
+    dir: tempfile::TempDir,
+    config: Config,
+    collection: Option<(String, Option<proto::CollectionSettings>)>,
+    documents: Vec<proto::Document>,
+}
+
+/// What a [`Fixture`]'s body works with.
+pub struct Served {
+    /// A client connected to the server.
+    pub client: LatheClient<Channel>,
+    pub address: std::net::SocketAddr,
+    /// The temporary directory, free for the test's own files; the data dir is inside it.
+    pub dir: PathBuf,
+    pub data_dir: PathBuf,
+    /// The answer to the upsert of the fixture's documents; `None` when none were given.
+    pub written: Option<proto::WriteResponse>,
+}
+
+impl Served {
+    pub fn channel_uri(&self) -> String {
+        format!("http://{}", self.address)
+    }
+}
+
+impl Default for Fixture {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Fixture {
+    /// The test configuration ([`test_config`]), the neural stage on.
+    pub fn new() -> Self {
+        Self::with(test_config)
+    }
+
+    /// The test configuration with the neural stage off ([`lexical_config`]).
+    pub fn lexical() -> Self {
+        Self::with(lexical_config)
+    }
+
+    fn with(config: fn(&Path) -> Config) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let config = config(&dir.path().join("data"));
+        Self {
+            dir,
+            config,
+            collection: None,
+            documents: Vec::new(),
+        }
+    }
+
+    /// Adjusts the server's configuration.
+    pub fn config(mut self, adjust: impl FnOnce(&mut Config)) -> Self {
+        adjust(&mut self.config);
+        self
+    }
+
+    /// A collection of default settings, created before the body runs.
+    pub fn collection(mut self, name: &str) -> Self {
+        self.collection = Some((name.to_string(), None));
+        self
+    }
+
+    /// The collection's settings.
+    pub fn settings(mut self, settings: proto::CollectionSettings) -> Self {
+        let (_, slot) = self
+            .collection
+            .as_mut()
+            .expect("settings of a named collection");
+        *slot = Some(settings);
+        self
+    }
+
+    /// Documents upserted (with `wait`) into the collection before the body runs.
+    pub fn documents(mut self, documents: Vec<proto::Document>) -> Self {
+        self.documents = documents;
+        self
+    }
+
+    /// Starts the server, sets up the collection and its documents, runs `body` and stops the
+    /// server; a test past its limit fails.
+    pub async fn run<F, Fut>(self, body: F)
+    where
+        F: FnOnce(Served) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let Self {
+            dir,
+            config,
+            collection,
+            documents,
+        } = self;
+        let data_dir = config.storage.data_dir.clone();
+        tokio::time::timeout(TEST_LIMIT, async {
+            let server = TestServer::start_with(config).await;
+            let mut client = server.client.clone();
+            let mut written = None;
+            if let Some((name, settings)) = collection {
+                create_collection_with(&mut client, &name, settings).await;
+                if !documents.is_empty() {
+                    written = Some(upsert(&mut client, &name, documents).await);
+                }
+            } else {
+                assert!(documents.is_empty(), "documents need a collection");
+            }
+            body(Served {
+                client,
+                address: server.address,
+                dir: dir.path().to_path_buf(),
+                data_dir,
+                written,
+            })
+            .await;
+            server.stop().await;
+        })
+        .await
+        .expect("the test ends within TEST_LIMIT");
+    }
+}
+
 pub async fn create_collection(client: &mut LatheClient<Channel>, name: &str) {
+    create_collection_with(client, name, None).await;
+}
+
+pub async fn create_collection_with(
+    client: &mut LatheClient<Channel>,
+    name: &str,
+    settings: Option<proto::CollectionSettings>,
+) {
     client
         .create_collection(proto::CreateCollectionRequest {
             name: name.to_string(),
-            settings: None,
+            settings,
         })
         .await
         .expect("create collection");
