@@ -615,6 +615,7 @@ async fn health_and_reflection_answer_without_a_proto_file() {
             use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
             use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
             use tonic_reflection::pb::v1::ServerReflectionRequest;
+            let channel_v1alpha = channel.clone();
             let mut reflection = ServerReflectionClient::new(channel);
             let request = ServerReflectionRequest {
                 host: String::new(),
@@ -635,6 +636,30 @@ async fn health_and_reflection_answer_without_a_proto_file() {
             assert!(
                 names.contains(&"grpc.health.v1.Health".to_string()),
                 "{names:?}"
+            );
+
+            // v1alpha, which Python's grpcio-reflection and older grpcurl speak, lists the same.
+            use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient as AlphaClient;
+            use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest as AlphaRequest;
+            use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse as AlphaResponse;
+            let mut alpha = AlphaClient::new(channel_v1alpha);
+            let request = tonic_reflection::pb::v1alpha::ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(AlphaRequest::ListServices(String::new())),
+            };
+            let mut stream = alpha
+                .server_reflection_info(tokio_stream::iter(vec![request]))
+                .await
+                .expect("reflection v1alpha is served")
+                .into_inner();
+            let response = stream.message().await.unwrap().unwrap();
+            let Some(AlphaResponse::ListServicesResponse(list)) = response.message_response else {
+                panic!("unexpected v1alpha reflection answer");
+            };
+            let alpha_names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+            assert!(
+                alpha_names.contains(&"lathe.v1.Lathe".to_string()),
+                "{alpha_names:?}"
             );
         })
         .await;

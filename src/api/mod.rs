@@ -57,11 +57,13 @@ pub async fn serve(
     let engine = open_engine(&config, &metrics).await?;
     engine.start_replication().await?;
     let lathe = lathe_service(&config, &engine, &metrics)?;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| LatheError::internal(format!("building reflection: {e}")))?;
+    // Reflection v1, and v1alpha for the clients that only speak it (Python's grpcio-reflection,
+    // grpcurl before 1.8.8, several GUIs): the same descriptors behind both.
+    let reflection_error = |e| LatheError::internal(format!("building reflection: {e}"));
+    let reflection = reflection_builder().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection_builder()
+        .build_v1alpha()
+        .map_err(reflection_error)?;
     if !config.server.metrics_listen.is_empty() {
         spawn_metrics_server(
             &config.server.metrics_listen,
@@ -91,6 +93,7 @@ pub async fn serve(
         .layer(deadline::ClientDeadlineLayer)
         .add_service(health_service)
         .add_service(reflection)
+        .add_service(reflection_v1alpha)
         .add_service(lathe)
         // Our own accept loop: TCP_NODELAY on every socket (`serve_with_incoming` ignores
         // `Server::tcp_nodelay`), and a pause instead of a busy loop when the process is out of
@@ -339,4 +342,11 @@ async fn spawn_metrics_server(
         }
     });
     Ok(())
+}
+
+/// The reflection service's descriptors: the API and health.
+fn reflection_builder() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
 }
