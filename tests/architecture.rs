@@ -163,21 +163,41 @@ fn code_outside_tests(source: &str) -> String {
     let mut lines = source.lines().peekable();
     while let Some(line) = lines.next() {
         let trimmed = line.trim_start();
-        // A test module, or a test-only helper function beside the code.
-        let next_is_test_item = lines.peek().is_some_and(|next| {
-            let next = next.trim_start();
-            ["mod ", "pub mod ", "fn ", "pub fn ", "pub(crate) fn "]
-                .iter()
-                .any(|item| next.starts_with(item))
-        });
-        if trimmed.starts_with("#[cfg(test)]") && next_is_test_item {
-            skip_block(&mut lines);
-            continue;
+        if trimmed.starts_with("#[cfg(test)]") {
+            // Comments and other attributes between it and its item say nothing of imports.
+            while lines.peek().is_some_and(|next| {
+                let next = next.trim_start();
+                next.starts_with("//") || next.starts_with("#[")
+            }) {
+                lines.next();
+            }
+            // A test module, or a test-only helper function beside the code, of any visibility.
+            let next_is_test_item = lines.peek().is_some_and(|next| {
+                let item = without_visibility(next.trim_start());
+                item.starts_with("mod ") || item.starts_with("fn ")
+            });
+            if next_is_test_item {
+                skip_block(&mut lines);
+                continue;
+            }
         }
         code.push_str(strip_comment_and_strings(line).as_str());
         code.push('\n');
     }
     code
+}
+
+/// `item` without a leading `pub` or `pub(…)`.
+fn without_visibility(item: &str) -> &str {
+    let Some(rest) = item.strip_prefix("pub") else {
+        return item;
+    };
+    match rest.strip_prefix('(') {
+        Some(scoped) => scoped
+            .split_once(')')
+            .map_or(item, |(_, after)| after.trim_start()),
+        None => rest.trim_start(),
+    }
 }
 
 /// Consumes the lines of the block that starts on the next line, up to its closing brace.
@@ -525,4 +545,33 @@ pub(crate) fn test_helper() -> u8 {
         &code_outside_tests("// tonic::Status is mapped in api"),
         "tonic"
     ));
+}
+
+/// Every file's code outside its tests, in the server and the workspace's crates, stays a room a
+/// reader can see whole: at most 500 lines (comments and blank lines count; test modules and
+/// test-only helpers do not).
+#[test]
+fn no_file_holds_more_than_500_lines_outside_its_tests() {
+    const MOST_LINES: usize = 500;
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&workspace.join("src"), &mut files);
+    for entry in std::fs::read_dir(workspace.join("crates")).expect("read crates") {
+        rust_files(&entry.expect("crate folder").path().join("src"), &mut files);
+    }
+    let too_long: Vec<(String, usize)> = files
+        .iter()
+        .filter(|file| !file.ends_with("tests.rs"))
+        .map(|file| {
+            let source = std::fs::read_to_string(file).expect("read source");
+            let lines = code_outside_tests(&source).lines().count();
+            let name = file.strip_prefix(&workspace).unwrap().display().to_string();
+            (name, lines)
+        })
+        .filter(|(_, lines)| *lines > MOST_LINES)
+        .collect();
+    assert!(
+        too_long.is_empty(),
+        "files over {MOST_LINES} lines outside their tests: {too_long:?}"
+    );
 }
