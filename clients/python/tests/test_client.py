@@ -83,6 +83,23 @@ def test_health_reports_serving_for_the_server_and_the_lathe_service(lathe: Lath
     assert lathe.health("lathe.v1.Lathe") == "SERVING"
 
 
+def test_create_with_exist_ok_returns_the_collection_there_and_csv_settings_read_back(
+    lathe: Lathe,
+) -> None:
+    name = unique_name("exist")
+    chunking = Chunking(strategy=ChunkStrategy.CSV, max_tokens=96)
+    created = lathe.create_collection(name, default_chunking=chunking)
+    assert created.settings.default_chunking == chunking
+    with pytest.raises(LatheError) as raised:
+        lathe.create_collection(name)
+    assert raised.value.code == grpc.StatusCode.ALREADY_EXISTS
+    again = lathe.create_collection(name, exist_ok=True)
+    assert again.name == name
+    assert again.settings.default_chunking == chunking
+    assert lathe.get_collection(name).settings.default_chunking.strategy is ChunkStrategy.CSV
+    lathe.delete_collection(name)
+
+
 def test_collections_are_created_listed_read_and_deleted(lathe: Lathe) -> None:
     name = unique_name("coll")
     created = lathe.create_collection(

@@ -28,6 +28,7 @@ from lathe_client.types import (
     RetrieveResult,
     ScoreParts,
     SectionBoundary,
+    SemanticThreshold,
     Span,
     StageTiming,
     WriteResult,
@@ -135,14 +136,24 @@ class Lathe:
         budget_tokenizer: str = "",
         default_chunking: Chunking | None = None,
         section_tokens: int | None = None,
+        exist_ok: bool = False,
     ) -> CollectionInfo:
+        """Creates the collection. With exist_ok=True a collection of that name already there is
+        returned as it is (its settings are not compared with these) instead of raising
+        ALREADY_EXISTS."""
         settings = lathe_pb2.CollectionSettings(budget_tokenizer=budget_tokenizer)
         if default_chunking is not None:
             settings.default_chunking.CopyFrom(_chunking_to_proto(default_chunking))
         if section_tokens is not None:
             settings.section_tokens = section_tokens
         request = lathe_pb2.CreateCollectionRequest(name=name, settings=settings)
-        return _collection_from_proto(self._call("CreateCollection", self._stub.CreateCollection, request))
+        try:
+            reply = self._call("CreateCollection", self._stub.CreateCollection, request)
+        except LatheError as error:
+            if exist_ok and error.code == grpc.StatusCode.ALREADY_EXISTS:
+                return self.get_collection(name)
+            raise
+        return _collection_from_proto(reply)
 
     def get_collection(self, name: str) -> CollectionInfo:
         request = lathe_pb2.GetCollectionRequest(name=name)
@@ -356,7 +367,10 @@ def _chunking_to_proto(chunking: Chunking) -> lathe_pb2.ChunkingOptions:
         strategy=f"CHUNK_STRATEGY_{chunking.strategy.name}",
         unit=f"CHUNK_UNIT_{chunking.unit.name}",
         separators=list(chunking.separators),
+        semantic_threshold=f"SEMANTIC_THRESHOLD_{chunking.semantic_threshold.name}",
     )
+    if chunking.semantic_amount is not None:
+        options.semantic_amount = chunking.semantic_amount
     if chunking.max_tokens is not None:
         options.max_tokens = chunking.max_tokens
     if chunking.overlap_tokens is not None:
@@ -371,6 +385,14 @@ def _chunking_from_proto(options: lathe_pb2.ChunkingOptions) -> Chunking:
         overlap_tokens=options.overlap_tokens if options.HasField("overlap_tokens") else None,
         unit=ChunkUnit[lathe_pb2.ChunkUnit.Name(options.unit).removeprefix("CHUNK_UNIT_")],
         separators=tuple(options.separators),
+        semantic_threshold=SemanticThreshold[
+            lathe_pb2.SemanticThreshold.Name(options.semantic_threshold).removeprefix(
+                "SEMANTIC_THRESHOLD_"
+            )
+        ],
+        semantic_amount=(
+            options.semantic_amount if options.HasField("semantic_amount") else None
+        ),
     )
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "RetrieveResult",
     "ScoreParts",
     "SectionBoundary",
+    "SemanticThreshold",
     "Span",
     "StageTiming",
     "WriteResult",
@@ -46,6 +47,17 @@ class ChunkStrategy(enum.Enum):
     STRUCTURE = "structure"
     AUTO = "auto"
     SEMANTIC = "semantic"
+    CSV = "csv"
+    CODE = "code"
+
+
+class SemanticThreshold(enum.Enum):
+    """The semantic strategy's breakpoint rule over sentence distances (see lathe.proto)."""
+
+    PERCENTILE = "percentile"
+    STD_DEV = "std_dev"
+    INTERQUARTILE = "interquartile"
+    GRADIENT = "gradient"
 
 
 class ChunkUnit(enum.Enum):
@@ -93,6 +105,8 @@ class Chunking:
     overlap_tokens: int | None = None
     unit: ChunkUnit = ChunkUnit.TOKENS
     separators: Sequence[str] = ()
+    semantic_threshold: SemanticThreshold = SemanticThreshold.PERCENTILE
+    semantic_amount: float | None = None
 
 
 @dataclass(frozen=True)
