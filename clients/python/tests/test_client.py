@@ -12,6 +12,7 @@ from tokenizers import Tokenizer
 from conftest import models_dir, start_server
 from lathe_client import (
     Chunking,
+    CollectionDeleted,
     ChunkStrategy,
     CollectionState,
     Document,
@@ -270,7 +271,7 @@ def test_consistency_tokens_are_zero_and_refused_on_a_single_node(lathe: Lathe) 
         lathe.retrieve(name, "probe", budget=64, consistency_token=3)
     assert raised.value.code is grpc.StatusCode.FAILED_PRECONDITION
     assert "consistency_token 3" in raised.value.details
-    assert lathe.delete_collection(name) == 0
+    assert lathe.delete_collection(name) == CollectionDeleted(name=name, consistency_token=0)
 
 
 def test_errors_carry_their_grpc_codes(lathe: Lathe) -> None:

@@ -18,6 +18,7 @@ from lathe_client.types import (
     Chunking,
     ChunkStrategy,
     ChunkUnit,
+    CollectionDeleted,
     CollectionInfo,
     CollectionSettings,
     CollectionState,
@@ -165,12 +166,12 @@ class Lathe:
         )
         return [_collection_from_proto(info) for info in response.collections]
 
-    def delete_collection(self, name: str) -> int:
-        """Deletes the collection; returns the delete's consistency token (0 on a single
-        node)."""
+    def delete_collection(self, name: str) -> CollectionDeleted:
+        """Deletes the collection; says which, with the delete's consistency token (0 on a
+        single node)."""
         request = lathe_pb2.DeleteCollectionRequest(name=name)
         reply = self._call("DeleteCollection", self._stub.DeleteCollection, request)
-        return reply.consistency_token
+        return CollectionDeleted(name=name, consistency_token=reply.consistency_token)
 
     # -- documents ---------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ __all__ = [
     "Chunking",
     "ChunkStrategy",
     "ChunkUnit",
+    "CollectionDeleted",
     "CollectionInfo",
     "CollectionSettings",
     "CollectionState",
@@ -145,6 +146,15 @@ class CollectionInfo:
     state: CollectionState = CollectionState.READY
     # Why the collection is not READY: the file and the cause ("" when READY).
     reason: str = ""
+
+
+@dataclass(frozen=True)
+class CollectionDeleted:
+    """What `delete_collection` deleted."""
+
+    name: str
+    # With replication: the delete's position in the log (see WriteResult). 0 on a single node.
+    consistency_token: int = 0
 
 
 @dataclass(frozen=True)
