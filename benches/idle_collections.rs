@@ -28,7 +28,7 @@ use lathe::api::proto::lathe_client::LatheClient;
 use lathe_tools::client::serve_command;
 use tonic::transport::{Channel, Endpoint};
 
-use common::serving_line::serving_address;
+use lathe_tools::server_process::serving_address;
 
 struct Options {
     collections: usize,

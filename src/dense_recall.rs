@@ -79,7 +79,7 @@ pub fn run(args: DenseRecallArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Unit vectors keyed by section, and recalls and seconds measured over them.
+/// The stored section vectors, normalised, each with its section key.
 type UnitVectors = Vec<(u64, Vec<f32>)>;
 
 /// Recalls of one searcher and the seconds it spent searching.

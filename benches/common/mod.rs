@@ -2,9 +2,6 @@
 //! uses what it needs of it).
 #![allow(dead_code)]
 
-#[path = "../../tests/common/serving_line.rs"]
-pub mod serving_line;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

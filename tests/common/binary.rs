@@ -13,7 +13,7 @@ use lathe::api::proto::lathe_client::LatheClient;
 use tonic::transport::{Channel, Endpoint};
 
 use super::models_dir;
-use super::serving_line::serving_address;
+use lathe_tools::server_process::log_address;
 
 pub struct Server {
     pub child: Child,
@@ -98,13 +98,13 @@ pub fn start_wrapped(
         }
     }
     let serving = startup_log.last().expect("the serving line");
-    let address = serving_address(serving).expect("address in the serving line");
+    let address = log_address(serving).expect("address in the serving line");
     // The metrics port is chosen by the server (port 0), so no other process can take it between
     // a test picking it and the server binding it.
     let metrics_address = startup_log
         .iter()
         .find(|line| line.contains("metrics serving"))
-        .and_then(|line| serving_address(line))
+        .and_then(|line| log_address(line))
         .unwrap_or_else(|| panic!("no metrics serving line in {startup_log:?}"));
     Server {
         child,

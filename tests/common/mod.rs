@@ -4,7 +4,6 @@
 
 pub mod binary;
 pub mod nats;
-pub mod serving_line;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

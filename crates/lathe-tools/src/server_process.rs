@@ -66,13 +66,19 @@ pub fn lathe_binary() -> anyhow::Result<PathBuf> {
         })
 }
 
-/// The `address` field of the JSON log line `lathe serving`, `None` for any other line.
-pub fn serving_address(log_line: &str) -> Option<String> {
-    if !log_line.contains("lathe serving") {
-        return None;
-    }
+/// The `address` field of a JSON log line of `lathe serve` (`lathe serving`, `metrics serving`,
+/// …), `None` when the line has none.
+pub fn log_address(log_line: &str) -> Option<String> {
     let rest = log_line.split("\"address\":\"").nth(1)?;
     Some(rest.chars().take_while(|c| *c != '"').collect())
+}
+
+/// The `address` field of the JSON log line `lathe serving`, `None` for any other line.
+pub fn serving_address(log_line: &str) -> Option<String> {
+    log_line
+        .contains("lathe serving")
+        .then(|| log_address(log_line))
+        .flatten()
 }
 
 /// The command that runs the `lathe` binary at `binary` as a server of its own: a port-0 loopback
