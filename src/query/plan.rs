@@ -58,7 +58,7 @@ pub fn plan(query: &RetrieveQuery, defaults: &PlanDefaults) -> Result<QueryPlan>
 
 /// Tokens of section text the coarse stage retrieves per token of budget when the request sets no
 /// `top_k`: chunks are cut from the retrieved sections and only the best are packed, so filling a
-/// budget well takes several times its size in candidates (see README, "Budget-aware defaults",
+/// budget well takes several times its size in candidates (see docs/retrieval.md, "Budget-aware defaults",
 /// for the measurements).
 pub const SECTIONS_PER_BUDGET_SECTION: u32 = 12;
 

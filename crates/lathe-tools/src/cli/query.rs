@@ -40,7 +40,7 @@ pub struct QueryArgs {
     #[arg(long)]
     pub max_chunks_per_document: Option<u32>,
     /// MMR trade-off in 0..=1 (0: off): higher prefers chunks unlike those already chosen.
-    /// Unset: the server applies it only to an ambiguous query (README, "Budget-aware defaults").
+    /// Unset: the server applies it only to an ambiguous query (docs/retrieval.md, "Budget-aware defaults").
     #[arg(long)]
     pub diversity: Option<f32>,
     /// With replication: answer once the replica has applied the log up to this position (a
