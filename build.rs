@@ -1,14 +1,22 @@
-//! Compiles `proto/lathe/log/v1/log.proto` (the replicated write log's entries) with the vendored
+//! Compiles `proto/lathe/log/v1/log.proto` (the replicated write log's entries) and
+//! `proto/lathe/queue/v1/queue.proto` (the single node's write queue) with the vendored
 //! protoc (none is installed on build hosts). The gRPC API (`proto/lathe/v1`) is built by the
 //! `lathe-proto` crate, which the server and the tools share.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     std::env::set_var("PROTOC", protoc);
     println!("cargo:rerun-if-changed=proto/lathe/log");
-    // Messages only: the log is read and written over NATS, not served.
+    println!("cargo:rerun-if-changed=proto/lathe/queue");
+    // Messages only: the log is read and written over NATS, the queue on disk; neither is served.
     tonic_prost_build::configure()
         .build_server(false)
         .build_client(false)
-        .compile_protos(&["proto/lathe/log/v1/log.proto"], &["proto"])?;
+        .compile_protos(
+            &[
+                "proto/lathe/log/v1/log.proto",
+                "proto/lathe/queue/v1/queue.proto",
+            ],
+            &["proto"],
+        )?;
     Ok(())
 }

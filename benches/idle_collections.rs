@@ -244,6 +244,7 @@ async fn create_all(client: &LatheClient<Channel>, collections: usize) {
                     ..Default::default()
                 }],
                 wait: true,
+                write_id: String::new(),
             })
             .await
             .expect("upsert");

@@ -13,6 +13,9 @@ pub enum LatheError {
     InvalidArgument { field: String, reason: String },
     #[error("collection `{name}` not found")]
     CollectionNotFound { name: String },
+    /// Something other than a collection that the call named does not exist (an operation).
+    #[error("{0}")]
+    NotFound(String),
     #[error("collection `{name}` already exists")]
     CollectionExists { name: String },
     /// A request larger than a configured limit (message, document or batch size).
@@ -35,6 +38,26 @@ pub enum LatheError {
         call: String,
         limit: std::time::Duration,
         set_by_client: bool,
+    },
+    /// A write waited for (`wait`) was not visible within the call's deadline. It is in the
+    /// write queue and will be applied: follow its operation, or send it again with the same
+    /// write id (which queues nothing twice).
+    #[error("the write is queued as operation {operation_id} of collection `{collection}` and will be applied, but was not visible within the call's deadline ({} ms); follow it with GetOperation or WaitOperation{}", .waited.as_millis(), retry_hint(.write_id))]
+    WriteQueued {
+        collection: String,
+        operation_id: u64,
+        write_id: String,
+        waited: std::time::Duration,
+    },
+    /// The write queue is at its bound: the write was not stored; retry after `retry_after`.
+    #[error("{scope} holds {queued} bytes of writes waiting to be applied, and this write's {bytes} bytes would pass its limit of {limit} (ingest.{field}); nothing was stored: retry in {} s", .retry_after.as_secs())]
+    QueueFull {
+        scope: String,
+        queued: u64,
+        bytes: u64,
+        limit: u64,
+        field: &'static str,
+        retry_after: std::time::Duration,
     },
     /// The server is shutting down or a background task is gone.
     #[error("unavailable: {0}")]
@@ -127,6 +150,13 @@ pub enum LatheError {
     /// A bug or an unexpected state: never the caller's fault.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+fn retry_hint(write_id: &str) -> String {
+    match write_id {
+        "" => String::new(),
+        id => format!(" (a retry with write_id `{id}` queues nothing twice)"),
+    }
 }
 
 fn stored_part(stored: &Option<String>) -> String {

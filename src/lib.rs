@@ -41,6 +41,7 @@ mod replication;
 pub mod service;
 mod telemetry;
 pub mod types;
+mod write_queue;
 
 pub use lathe_text::{chunk, sections, tokenizer, tokens};
 

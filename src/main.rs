@@ -61,6 +61,8 @@ enum Command {
     Ingest(cli::IngestArgs),
     /// Retrieve chunks for a question and print them with scores and offsets.
     Query(cli::QueryArgs),
+    /// List a collection's write operations, or follow one (--wait ID) with a progress bar.
+    Ops(cli::OpsArgs),
     /// Evaluate retrieval quality and latency on a dataset (docs.jsonl, queries.jsonl) over gRPC.
     Eval(cli::EvalArgs),
     /// Recall@10 of a stopped server's dense index against exact search (run by lathe-bench).
@@ -112,6 +114,7 @@ fn main() -> ExitCode {
             }
             Command::Ingest(args) => cli::ingest(args).await,
             Command::Query(args) => cli::query(args).await,
+            Command::Ops(args) => cli::ops(args).await,
             Command::Eval(args) => cli::eval(args).await,
             Command::DenseRecall(args) => lathe::dense_recall::run(args),
         }

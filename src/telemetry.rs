@@ -40,6 +40,68 @@ pub struct Metrics {
     /// With replication: this replica's progress through the log (read at scrape time) and the
     /// entries it applied or passed over, by `outcome`.
     pub replication: ReplicationMetrics,
+    /// The single node's write queue: depth and age (read at scrape time), what was applied.
+    pub write_queue: WriteQueueMetrics,
+}
+
+/// The write queue (single node).
+pub struct WriteQueueMetrics {
+    pub documents: IntGaugeVec,
+    pub bytes: IntGaugeVec,
+    pub oldest_seconds: prometheus::GaugeVec,
+    /// Operations ended, by `outcome`: applied or failed.
+    pub operations: IntCounterVec,
+    pub applied_documents: IntCounter,
+    pub applied_bytes: IntCounter,
+}
+
+impl WriteQueueMetrics {
+    fn register(registry: &Registry) -> Self {
+        let per_collection = |name: &str, help: &str| gauge(registry, name, help, &["collection"]);
+        Self {
+            documents: per_collection(
+                "write_queue_documents",
+                "Documents of acknowledged writes waiting to be applied, per collection",
+            ),
+            bytes: per_collection(
+                "write_queue_bytes",
+                "Bytes of acknowledged writes waiting to be applied, per collection",
+            ),
+            oldest_seconds: register(
+                registry,
+                prometheus::GaugeVec::new(
+                    Opts::new(
+                        "write_queue_oldest_seconds",
+                        "Age of the oldest write waiting to be applied, per collection",
+                    ),
+                    &["collection"],
+                )
+                .expect("static metric"),
+            ),
+            operations: counter(
+                registry,
+                "write_operations_total",
+                "Queued writes ended, by outcome: applied or failed",
+                &["outcome"],
+            ),
+            applied_documents: register(
+                registry,
+                IntCounter::new(
+                    "write_queue_applied_documents_total",
+                    "Documents applied from the write queue (rate: the apply rate)",
+                )
+                .expect("static metric"),
+            ),
+            applied_bytes: register(
+                registry,
+                IntCounter::new(
+                    "write_queue_applied_bytes_total",
+                    "Bytes of text applied from the write queue (rate: the apply rate)",
+                )
+                .expect("static metric"),
+            ),
+        }
+    }
 }
 
 /// The model runtime's totals since start (the embedder's, published at scrape time).
@@ -350,6 +412,7 @@ impl Metrics {
             index_writer_evictions: register(&registry, index_writer_evictions),
             inference: InferenceMetrics::register(&registry),
             replication: ReplicationMetrics::register(&registry),
+            write_queue: WriteQueueMetrics::register(&registry),
             registry,
         }
     }

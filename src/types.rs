@@ -313,14 +313,80 @@ impl RetrieveResult {
     }
 }
 
+/// How a write is to be acknowledged.
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    /// Answer once the write is visible to the next Retrieve.
+    pub wait: bool,
+    /// Idempotency key; empty: none.
+    pub write_id: String,
+    /// With `wait`: when to stop waiting and answer that the write is queued (the call's
+    /// deadline, less the time to answer).
+    pub wait_until: Option<std::time::Instant>,
+}
+
 /// What a write reports back.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct WriteOutcome {
     pub documents: u32,
     pub sections: u32,
     /// Generation at which the write is visible (0 when not waited for).
     pub generation: u64,
-    /// With replication: the log position of the write (read-your-writes on any replica); 0 on
-    /// a single node.
+    /// Read-your-writes: on a single node the write's place in the queue (its operation id),
+    /// with replication its log position.
     pub consistency_token: u64,
+    /// On a single node: the write's operation as it stood when answered (for an upload, the
+    /// last one's).
+    pub operation: Option<Operation>,
+    /// Every operation the write queued, in order.
+    pub operation_ids: Vec<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperationKind {
+    Upsert,
+    Delete,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperationState {
+    /// Durable in the write queue, waiting for the collection's index worker.
+    Queued,
+    /// Being embedded and applied.
+    Running,
+    /// Visible to every Retrieve.
+    Applied,
+    /// Not applied (or applied up to `documents_done`); `error` says why.
+    Failed,
+}
+
+impl OperationState {
+    pub fn ended(self) -> bool {
+        matches!(self, Self::Applied | Self::Failed)
+    }
+}
+
+/// A queued write and how far it has come. On a single node its id is its place in the write
+/// queue, which is also its consistency token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Operation {
+    pub id: u64,
+    pub collection: String,
+    pub kind: OperationKind,
+    pub state: OperationState,
+    pub documents_total: u32,
+    pub documents_done: u32,
+    pub bytes_total: u64,
+    pub bytes_done: u64,
+    /// While running: so far; once applied: overall.
+    pub bytes_per_second: f64,
+    /// While queued or running, from the collection's recent rate.
+    pub eta_seconds: Option<f64>,
+    pub error: String,
+    pub write_id: String,
+    pub created_unix_ms: u64,
+    pub started_unix_ms: u64,
+    pub finished_unix_ms: u64,
+    pub sections: u32,
+    pub generation: u64,
 }

@@ -49,6 +49,12 @@ const RULE: &[(&str, &[&str])] = &[
         "replication",
         &[ERROR, "types", "index", "embed", "config", "content_hash"],
     ),
+    // The single node's durable write queue (redb on disk, entries encoded with prost): another
+    // edge, below the service, which runs its index workers. It stores sectioned documents.
+    (
+        "write_queue",
+        &[ERROR, "types", "ingest", "sections", "content_hash"],
+    ),
     // The two pipelines: stages over the leaves and the index (read-only for queries).
     (
         "ingest",
@@ -100,6 +106,7 @@ const RULE: &[(&str, &[&str])] = &[
             "ingest",
             "query",
             "replication",
+            "write_queue",
         ],
     ),
     // The gRPC edge: converts proto ⇄ domain types and calls the service.

@@ -65,6 +65,7 @@ async fn missing_or_wrong_api_keys_are_unauthenticated_and_read_only_keys_cannot
             collection: "c".into(),
             documents: vec![document(id, "Scrapers and burnishers.", Format::Plain)],
             wait: true,
+            write_id: String::new(),
         };
         lathe
             .upsert_documents(with_key(upsert_request("keep"), Some("Bearer rw-secret")))

@@ -103,6 +103,7 @@ async fn documents_of_zero_bytes_and_of_the_limit_are_accepted_one_byte_over_is_
                         collection: "c".into(),
                         documents: vec![good.clone(), over],
                         wait: true,
+                        write_id: String::new(),
                     })
                     .await,
                 Code::ResourceExhausted,
@@ -117,6 +118,7 @@ async fn documents_of_zero_bytes_and_of_the_limit_are_accepted_one_byte_over_is_
                         collection: "c".into(),
                         documents: five,
                         wait: true,
+                        write_id: String::new(),
                     })
                     .await,
                 Code::InvalidArgument,
@@ -140,6 +142,7 @@ async fn a_hundred_thousand_sections_are_rejected_over_the_limit_or_stored_and_q
         collection: collection.into(),
         documents: vec![document("headings", &headings, Format::Markdown)],
         wait: true,
+        write_id: String::new(),
     };
     let headings_request = &headings_request;
     Fixture::lexical()
@@ -168,6 +171,7 @@ async fn a_hundred_thousand_sections_are_rejected_over_the_limit_or_stored_and_q
                         collection: "c".into(),
                         documents: vec![caller_sections],
                         wait: true,
+                        write_id: String::new(),
                     })
                     .await,
                 Code::InvalidArgument,
@@ -272,6 +276,7 @@ async fn deep_nesting_and_malformed_html_are_accepted_and_queryable() {
                         document("too-deep", &too_deep, Format::Html),
                     ],
                     wait: true,
+                    write_id: String::new(),
                 })
                 .await
                 .expect_err("too deep");
@@ -352,6 +357,7 @@ async fn control_characters_and_nul_are_accepted_and_returned_byte_for_byte() {
                     collection: "c".into(),
                     ids: vec!["id\u{0}with\u{1}nul".into()],
                     wait: true,
+                    write_id: String::new(),
                 })
                 .await
                 .unwrap();
@@ -377,6 +383,7 @@ async fn a_metadata_key_cannot_forge_another_pair() {
                     collection: "c".into(),
                     documents: vec![forged],
                     wait: true,
+                    write_id: String::new(),
                 })
                 .await;
             expect_code(
@@ -500,6 +507,7 @@ async fn rejected_batches_leave_earlier_versions_in_place() {
                             collection: "c".into(),
                             documents,
                             wait: true,
+                            write_id: String::new(),
                         })
                         .await,
                     code,
@@ -512,6 +520,7 @@ async fn rejected_batches_leave_earlier_versions_in_place() {
                         collection: "absent".into(),
                         documents: vec![replacement.clone()],
                         wait: true,
+                        write_id: String::new(),
                     })
                     .await,
                 Code::NotFound,
@@ -523,6 +532,7 @@ async fn rejected_batches_leave_earlier_versions_in_place() {
                         collection: "c".into(),
                         ids: vec!["keep".into(), String::new()],
                         wait: true,
+                        write_id: String::new(),
                     })
                     .await,
                 Code::InvalidArgument,
@@ -648,11 +658,13 @@ async fn bad_chunking_options_and_mixed_uploads_name_the_field() {
                         Format::Plain,
                     )],
                     wait: true,
+                    write_id: String::new(),
                 },
                 proto::UpsertDocumentsRequest {
                     collection: "other".into(),
                     documents: vec![document("second", "Should not land.", Format::Plain)],
                     wait: true,
+                    write_id: String::new(),
                 },
             ];
             expect_code(

@@ -40,6 +40,7 @@ async fn cancelled_uploads_and_writes_are_applied_whole_or_not_at_all() {
                     })
                     .collect(),
                 wait: true,
+                write_id: String::new(),
             };
             sender.send(batch("a", 3)).await.unwrap();
             sender.send(batch("b", 5)).await.unwrap();
@@ -66,6 +67,7 @@ async fn cancelled_uploads_and_writes_are_applied_whole_or_not_at_all() {
                 collection: "c".into(),
                 documents,
                 wait: true,
+                write_id: String::new(),
             });
             let _ = tokio::time::timeout(Duration::from_millis(20), write).await;
 

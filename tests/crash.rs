@@ -40,7 +40,9 @@ struct Server {
 
 async fn start(data_dir: &std::path::Path) -> Server {
     let server = binary::start(data_dir, &[]);
-    let client = binary::connect(&server.address).await;
+    let mut client = binary::connect(&server.address).await;
+    // What was queued before a kill is applied after the restart: settle it before checking.
+    drain_queue(&mut client, "c").await;
     Server {
         child: server.child,
         client,
@@ -102,6 +104,7 @@ async fn acknowledged_writes_survive_sigkill_and_nothing_is_half_applied() {
                         collection: "c".into(),
                         ids: vec![format!("doc{doc}")],
                         wait: true,
+                        write_id: String::new(),
                     })
                     .await
                     .map(|_| ()),
@@ -116,6 +119,7 @@ async fn acknowledged_writes_survive_sigkill_and_nothing_is_half_applied() {
                             collection: "c".into(),
                             documents: vec![document],
                             wait: true,
+                            write_id: String::new(),
                         })
                         .await
                         .map(|_| ())
@@ -140,6 +144,7 @@ async fn acknowledged_writes_survive_sigkill_and_nothing_is_half_applied() {
                 collection: "c".into(),
                 documents: vec![pending],
                 wait: true,
+                write_id: String::new(),
             })
             .await
             .unwrap();
@@ -355,6 +360,7 @@ async fn the_persisted_dense_index_agrees_with_lexical_after_sigkill_and_finds_l
                         collection: "d".into(),
                         ids: vec![doc_id.clone()],
                         wait: true,
+                        write_id: String::new(),
                     })
                     .await
                     .expect("delete acknowledged");
@@ -443,7 +449,8 @@ struct LoggedServer {
 
 async fn start_with(data_dir: &std::path::Path, variables: &[(&str, String)]) -> LoggedServer {
     let server = binary::start(data_dir, variables);
-    let client = binary::connect(&server.address).await;
+    let mut client = binary::connect(&server.address).await;
+    drain_queue(&mut client, "d").await;
     LoggedServer {
         child: server.child,
         client,

@@ -199,6 +199,7 @@ async fn write_arguments_are_checked_and_nothing_is_half_applied() {
                 collection: "c".into(),
                 documents,
                 wait: true,
+                write_id: String::new(),
             };
             let good = document(
                 "good",
@@ -259,6 +260,7 @@ async fn write_arguments_are_checked_and_nothing_is_half_applied() {
                         collection: "missing".into(),
                         documents: vec![good.clone()],
                         wait: true,
+                        write_id: String::new(),
                     })
                     .await,
                 Code::NotFound,
@@ -287,6 +289,7 @@ async fn oversized_messages_and_documents_are_resource_exhausted() {
                     collection: "c".into(),
                     documents: vec![huge],
                     wait: true,
+                    write_id: String::new(),
                 })
                 .await
                 .unwrap_err();
@@ -303,6 +306,7 @@ async fn oversized_messages_and_documents_are_resource_exhausted() {
                     collection: "c".into(),
                     documents: vec![just_over],
                     wait: true,
+                    write_id: String::new(),
                 })
                 .await
                 .unwrap_err();

@@ -173,6 +173,7 @@ async fn assert_calls_refused(client: &mut Client, name: &str, code: Code, names
                 collection: name.to_string(),
                 documents: vec![marked_document(name, 99)],
                 wait: true,
+                write_id: String::new(),
             })
             .await
             .map(drop),
@@ -184,6 +185,7 @@ async fn assert_calls_refused(client: &mut Client, name: &str, code: Code, names
                 collection: name.to_string(),
                 ids: vec!["doc0".into()],
                 wait: true,
+                write_id: String::new(),
             })
             .await
             .map(drop),

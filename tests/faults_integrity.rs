@@ -539,6 +539,7 @@ async fn a_flipped_byte_in_any_other_segment_file_is_reported_not_served() {
                 collection: DAMAGED.to_string(),
                 documents: vec![document("new", "new text", proto::DocumentFormat::Plain)],
                 wait: true,
+                write_id: String::new(),
             })
             .await;
         match write {

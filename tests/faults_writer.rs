@@ -6,7 +6,10 @@
 //! - a full disk answers RESOURCE_EXHAUSTED, a read-only filesystem and an immutable index folder
 //!   FAILED_PRECONDITION, each naming the collection, the path and the operating system's cause,
 //!   on every write (never "index writer was killed"); reads go on meanwhile and writes resume by
-//!   themselves once the fault is gone.
+//!   themselves once the fault is gone. The write queue lives outside the faulty folder: the
+//!   first write after the fault is queued and waits (its operation says why it is retrying),
+//!   the later ones are refused with the disk's error, and the queued one is applied, once, when
+//!   the fault is gone.
 //!
 //! The storage tests put `data_dir/collections` on a small tmpfs (mounting needs root, which CI
 //! and the development machines have); a guard unmounts it even when the test panics.
@@ -111,6 +114,7 @@ async fn upsert_one(
             collection: collection.to_string(),
             documents: vec![doc],
             wait: true,
+            write_id: String::new(),
         })
         .await
         .map(|_| ())
@@ -394,13 +398,82 @@ fn fill(folder: &Path) -> PathBuf {
     path
 }
 
+/// The first write after the disk stopped taking the collection's files: it is in the write
+/// queue (durable, outside the collection's folder), but cannot be applied, so a `wait` for it
+/// ends at its deadline naming its operation. Returns the operation, once its worker says why it
+/// is retrying (the disk's error), after which the collection takes no new writes.
+async fn queued_behind_the_disk(client: &mut Client, doc: proto::Document, cause: &str) -> u64 {
+    let mut request = tonic::Request::new(proto::UpsertDocumentsRequest {
+        collection: "c".to_string(),
+        documents: vec![doc],
+        wait: true,
+        write_id: String::new(),
+    });
+    request.set_timeout(Duration::from_secs(3));
+    let status = client
+        .upsert_documents(request)
+        .await
+        .expect_err("the write cannot be applied");
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        status.message().contains("queued as operation"),
+        "{status:?}"
+    );
+    let id = queued_operation_id(&status);
+    let started = Instant::now();
+    loop {
+        let operation = client
+            .get_operation(proto::GetOperationRequest { id })
+            .await
+            .unwrap()
+            .into_inner();
+        if operation.error.contains(cause) {
+            assert!(operation.error.starts_with("retrying: "), "{operation:?}");
+            return id;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{operation:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn queued_operation_id(status: &tonic::Status) -> u64 {
+    use tonic_types::StatusExt;
+    let details = status.get_error_details();
+    details.error_info().expect("ErrorInfo details").metadata["operation_id"]
+        .parse()
+        .unwrap()
+}
+
+/// Sends `doc` until the collection takes it (the worker finds the disk writable again on the
+/// try a refused write starts, or within its backoff); at most `limit`.
+async fn upsert_once_writable(client: &mut Client, doc: proto::Document, limit: Duration) {
+    let started = Instant::now();
+    loop {
+        match upsert_one(client, "c", doc.clone()).await {
+            Ok(()) => return,
+            Err(status) => assert!(
+                started.elapsed() < limit,
+                "still refused after {limit:?}: {status:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_answers_resource_exhausted_and_writes_resume_when_space_returns() {
     let root = tempfile::tempdir().unwrap();
     let (mount, server, mut client) = server_on_tmpfs(root.path(), "16m").await;
     let filler = fill(&mount.path);
 
-    // Every write says what is wrong, not only the first.
+    // The first write is queued (the queue lives outside the full folder) and waits for space.
+    let queued = queued_behind_the_disk(
+        &mut client,
+        note("queued-1", "lanterns"),
+        "No space left on device",
+    )
+    .await;
+    // Then every write says what is wrong, and nothing of it is stored.
     for id in ["lost-1", "lost-2", "lost-3"] {
         let result = upsert_one(&mut client, "c", note(id, "lanterns")).await;
         assert_storage_error(
@@ -415,15 +488,34 @@ async fn a_full_disk_answers_resource_exhausted_and_writes_resume_when_space_ret
     assert_eq!(collection_stats(&mut client, "c").await.documents, 1);
 
     std::fs::remove_file(filler).unwrap();
-    upsert_one(&mut client, "c", note("after", "lanterns"))
+    upsert_once_writable(
+        &mut client,
+        note("after", "lanterns"),
+        Duration::from_secs(30),
+    )
+    .await;
+    // The queued write was applied once space returned; the refused ones never were.
+    let operation = client
+        .get_operation(proto::GetOperationRequest { id: queued })
         .await
-        .expect("a write once space is back");
-    // The refused writes were not half-applied, nor applied later.
-    assert_eq!(found(&mut client, "c", "lanterns").await, ["after", "kept"]);
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        proto::OperationState::try_from(operation.state).unwrap(),
+        proto::OperationState::Applied,
+        "{operation:?}"
+    );
+    assert_eq!(
+        found(&mut client, "c", "lanterns").await,
+        ["after", "kept", "queued-1"]
+    );
     stop(server);
     let server = binary::start(&root.path().join("data"), &lexical(&[]));
     let mut client = binary::connect(&server.address).await;
-    assert_eq!(found(&mut client, "c", "lanterns").await, ["after", "kept"]);
+    assert_eq!(
+        found(&mut client, "c", "lanterns").await,
+        ["after", "kept", "queued-1"]
+    );
     stop(server);
 }
 
@@ -437,6 +529,12 @@ async fn a_read_only_filesystem_answers_failed_precondition_and_reads_go_on_acro
     });
     mount.remount("ro");
 
+    let queued = queued_behind_the_disk(
+        &mut client,
+        note("queued-1", "lanterns"),
+        "Read-only file system",
+    )
+    .await;
     for id in ["lost-1", "lost-2"] {
         let result = upsert_one(&mut client, "c", note(id, "lanterns")).await;
         assert_storage_error(
@@ -448,12 +546,26 @@ async fn a_read_only_filesystem_answers_failed_precondition_and_reads_go_on_acro
     }
     assert_eq!(found(&mut client, "c", "lanterns").await, ["kept"]);
 
-    // Started on the read-only filesystem, the server serves reads and refuses writes alike.
+    // Started on the read-only filesystem, the server serves reads, takes up the queued write
+    // (which the disk refuses again), and refuses new writes alike.
     stop(server);
     let server = binary::start(&root.path().join("data"), &lexical(&[]));
     mount.server_pid = Some(server.child.id());
     let mut client = binary::connect(&server.address).await;
     assert_eq!(found(&mut client, "c", "lanterns").await, ["kept"]);
+    let started = Instant::now();
+    loop {
+        let operation = client
+            .get_operation(proto::GetOperationRequest { id: queued })
+            .await
+            .expect("the queued write is kept across the restart")
+            .into_inner();
+        if operation.error.contains("Read-only file system") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{operation:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let result = upsert_one(&mut client, "c", note("lost-3", "lanterns")).await;
     assert_storage_error(
         result,
@@ -463,10 +575,16 @@ async fn a_read_only_filesystem_answers_failed_precondition_and_reads_go_on_acro
     );
 
     mount.remount("rw");
-    upsert_one(&mut client, "c", note("after", "lanterns"))
-        .await
-        .expect("a write once the filesystem is writable");
-    assert_eq!(found(&mut client, "c", "lanterns").await, ["after", "kept"]);
+    upsert_once_writable(
+        &mut client,
+        note("after", "lanterns"),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        found(&mut client, "c", "lanterns").await,
+        ["after", "kept", "queued-1"]
+    );
     stop(server);
 }
 
@@ -477,6 +595,12 @@ async fn an_immutable_index_folder_answers_failed_precondition_with_the_cause() 
     let index_folder = mount.path.join("c/index");
     run("chattr", &["+i"], &index_folder);
 
+    queued_behind_the_disk(
+        &mut client,
+        note("queued-1", "lanterns"),
+        "Operation not permitted",
+    )
+    .await;
     for id in ["lost-1", "lost-2"] {
         let result = upsert_one(&mut client, "c", note(id, "lanterns")).await;
         assert_storage_error(
@@ -489,9 +613,15 @@ async fn an_immutable_index_folder_answers_failed_precondition_with_the_cause() 
     assert_eq!(found(&mut client, "c", "lanterns").await, ["kept"]);
 
     run("chattr", &["-i"], &index_folder);
-    upsert_one(&mut client, "c", note("after", "lanterns"))
-        .await
-        .expect("a write once the folder is writable");
-    assert_eq!(found(&mut client, "c", "lanterns").await, ["after", "kept"]);
+    upsert_once_writable(
+        &mut client,
+        note("after", "lanterns"),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        found(&mut client, "c", "lanterns").await,
+        ["after", "kept", "queued-1"]
+    );
     stop(server);
 }

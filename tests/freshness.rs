@@ -353,6 +353,7 @@ async fn delete(client: &mut LatheClient<Channel>, document: usize) -> u64 {
             collection: COLLECTION.to_string(),
             ids: vec![doc_id(document)],
             wait: true,
+            write_id: String::new(),
         })
         .await
         .expect("delete")
@@ -751,6 +752,7 @@ async fn deleted_documents_leave_the_dense_index() {
                     collection: COLLECTION.to_string(),
                     ids: deleted.clone(),
                     wait: true,
+                    write_id: String::new(),
                 })
                 .await
                 .expect("delete");

@@ -160,6 +160,7 @@ async fn the_health_port_answers_plaintext_while_the_main_port_requires_tls() {
             collection: "c".to_string(),
             documents,
             wait: true,
+            write_id: String::new(),
         })
         .await
         .unwrap();

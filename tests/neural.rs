@@ -87,6 +87,7 @@ async fn dense_retrieval_finds_paraphrases_forgets_deletes_and_survives_restart(
             collection: "c".into(),
             ids: vec!["install".into()],
             wait: true,
+            write_id: String::new(),
         })
         .await
         .unwrap();

@@ -192,6 +192,7 @@ async fn write(
             collection: collection.into(),
             documents,
             wait: false,
+            write_id: String::new(),
         })
         .await
         .expect("upsert")
@@ -291,6 +292,7 @@ async fn writes_go_to_any_replica_and_every_replica_answers_them_alike() {
             collection: "more".into(),
             ids: vec!["doc3".into()],
             wait: false,
+            write_id: String::new(),
         })
         .await
         .expect("delete")
@@ -453,6 +455,7 @@ async fn acknowledged_writes_survive_a_nats_kill_writes_meanwhile_fail_and_reads
                     collection: "c".into(),
                     documents: documents(doc..doc + 1, 40),
                     wait: false,
+                    write_id: String::new(),
                 })
                 .await
         }
@@ -614,28 +617,34 @@ async fn a_data_dir_applied_from_another_log_is_refused_by_name() {
     );
 }
 
+/// On a single node a write's consistency token is its place in the write queue (its operation
+/// id), and a Retrieve that carries it answers once the write is visible; there is no log.
 #[tokio::test]
-async fn a_single_node_refuses_a_consistency_token_by_name() {
+async fn a_single_node_token_is_the_write_queue_position_and_no_log() {
     common::Fixture::lexical()
         .collection("c")
-        .documents(documents(0..1, 20))
         .run(|served| async move {
             let mut client = served.client;
-            let reply = served.written.expect("the fixture's upsert");
-            assert_eq!(reply.consistency_token, 0, "no log, no token");
-            let status = client
-                .retrieve(read_at("c", "spindle", 7))
+            let reply = client
+                .upsert_documents(proto::UpsertDocumentsRequest {
+                    collection: "c".into(),
+                    documents: documents(0..1, 20),
+                    wait: false,
+                    write_id: String::new(),
+                })
                 .await
-                .unwrap_err();
-            assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
-            assert!(
-                status.message().contains("consistency_token 7")
-                    && status.message().contains("replication.nats_url"),
-                "{}",
-                status.message()
-            );
-            let answer = common::retrieve(&mut client, read_at("c", "document", 0)).await;
-            assert_eq!(answer.log_position, 0);
+                .unwrap()
+                .into_inner();
+            let operation = reply.operation.expect("a single node's write has an operation");
+            assert!(reply.consistency_token > 0);
+            assert_eq!(reply.consistency_token, operation.id);
+            let answer = common::retrieve(
+                &mut client,
+                read_at("c", "document", reply.consistency_token),
+            )
+            .await;
+            assert!(!answer.chunks.is_empty(), "the token waits for the write");
+            assert_eq!(answer.log_position, 0, "no log on a single node");
         })
         .await;
 }
@@ -724,6 +733,7 @@ async fn collections_from_before_replication_stay_local_and_say_so() {
             collection: "kept".into(),
             documents: documents(5..6, 30),
             wait: false,
+            write_id: String::new(),
         })
         .await
         .unwrap_err();

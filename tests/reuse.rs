@@ -284,6 +284,7 @@ async fn a_write_past_its_deadline_is_whole_or_absent_and_a_retry_succeeds() {
                     collection: "articles".to_string(),
                     documents: articles.clone(),
                     wait: true,
+                    write_id: String::new(),
                 });
                 // The deadline as the header only: tonic's client would also run its own timer and
                 // answer CANCELLED "Timeout expired" itself, before the server's answer arrives.

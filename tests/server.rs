@@ -241,6 +241,7 @@ async fn upsert_replaces_delete_removes_and_writes_invalidate_the_cache() {
                     collection: "c".into(),
                     ids: vec!["a".into()],
                     wait: true,
+                    write_id: String::new(),
                 })
                 .await
                 .unwrap()
@@ -490,6 +491,7 @@ async fn streaming_upload_and_wait_writes_survive_restart() {
                 })
                 .collect(),
             wait: batch == 4,
+            write_id: String::new(),
         })
         .collect();
     let response = client

@@ -180,6 +180,7 @@ async fn sigterm_drains_in_flight_requests_refuses_new_ones_and_commits() {
                 collection: name.to_string(),
                 documents: batch(name, BATCH_DOCUMENTS),
                 wait: true,
+                write_id: String::new(),
             })
             .await
             .expect("the upload's stream is open");
@@ -263,6 +264,7 @@ async fn when_the_drain_time_runs_out_the_server_still_exits_0_and_reopens_clean
             collection: "a".to_string(),
             documents: batch("late", BATCH_DOCUMENTS),
             wait: true,
+            write_id: String::new(),
         })
         .await
         .unwrap();

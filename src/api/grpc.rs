@@ -12,13 +12,14 @@ use super::auth::{Access, ApiKeys};
 use super::convert;
 use super::proto;
 use super::proto::lathe_server::Lathe;
-use super::status::oversized_to_resource_exhausted;
+
 use crate::error::LatheError;
 use crate::service::Engine;
 use crate::telemetry::Metrics;
+use crate::types::WriteOptions;
 
 pub struct GrpcAdapter {
-    service: Arc<Engine>,
+    pub(super) service: Arc<Engine>,
     /// Requests in flight; beyond the limit, requests are shed rather than queued.
     in_flight: Arc<Semaphore>,
     max_concurrent: usize,
@@ -55,6 +56,9 @@ pub(super) fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     })
 }
 
+/// What a call that waits keeps of its deadline to write its answer.
+const ANSWER_MARGIN: Duration = Duration::from_millis(20);
+
 /// Runs a unary call under its deadline.
 async fn within<T>(
     limit: Duration,
@@ -85,7 +89,7 @@ async fn within<T>(
 }
 
 /// One admitted call: holds its concurrency permit and records its outcome when it ends.
-struct Call {
+pub(super) struct Call {
     rpc: &'static str,
     started: Instant,
     metrics: Arc<Metrics>,
@@ -94,7 +98,7 @@ struct Call {
 }
 
 impl Call {
-    fn finish<T>(mut self, result: Result<T, Status>) -> Result<T, Status> {
+    pub(super) fn finish<T>(mut self, result: Result<T, Status>) -> Result<T, Status> {
         let code = match &result {
             Ok(_) => tonic::Code::Ok,
             Err(status) => status.code(),
@@ -168,7 +172,7 @@ impl GrpcAdapter {
     }
 
     /// Checks the API key and the concurrency limit; the returned call records the outcome.
-    fn admit(
+    pub(super) fn admit(
         &self,
         rpc: &'static str,
         access: Access,
@@ -201,6 +205,14 @@ impl GrpcAdapter {
             _permit: permit,
             finished: false,
         })
+    }
+
+    /// When a call that waits (a write with `wait`, WaitOperation) must stop waiting to answer
+    /// before its deadline: the deadline layer's own answer time (see `deadline::answer_within`),
+    /// less [`ANSWER_MARGIN`].
+    fn wait_until(&self, metadata: &MetadataMap) -> Instant {
+        let limit = deadline(metadata, self.request_timeout);
+        Instant::now() + super::deadline::answer_within(limit).saturating_sub(ANSWER_MARGIN)
     }
 
     /// One unary call: admit it (API key, concurrency limit), run `handler` on its message under
@@ -300,6 +312,7 @@ impl Lathe for GrpcAdapter {
         &self,
         request: Request<proto::UpsertDocumentsRequest>,
     ) -> Result<Response<proto::WriteResponse>, Status> {
+        let wait_until = self.wait_until(request.metadata());
         self.unary(
             "UpsertDocuments",
             Access::Write,
@@ -308,11 +321,17 @@ impl Lathe for GrpcAdapter {
                  collection,
                  documents,
                  wait,
+                 write_id,
              }| async move {
                 let documents = convert::documents_from_proto(documents)?;
+                let options = WriteOptions {
+                    wait,
+                    write_id,
+                    wait_until: Some(wait_until),
+                };
                 let outcome = self
                     .service
-                    .upsert_documents(&collection, documents, wait)
+                    .upsert_documents(&collection, documents, options)
                     .await?;
                 Ok(outcome.into())
             },
@@ -324,6 +343,7 @@ impl Lathe for GrpcAdapter {
         &self,
         request: Request<proto::DeleteDocumentsRequest>,
     ) -> Result<Response<proto::WriteResponse>, Status> {
+        let wait_until = self.wait_until(request.metadata());
         self.unary(
             "DeleteDocuments",
             Access::Write,
@@ -332,10 +352,16 @@ impl Lathe for GrpcAdapter {
                  collection,
                  ids,
                  wait,
+                 write_id,
              }| async move {
+                let options = WriteOptions {
+                    wait,
+                    write_id,
+                    wait_until: Some(wait_until),
+                };
                 let outcome = self
                     .service
-                    .delete_documents(&collection, ids, wait)
+                    .delete_documents(&collection, ids, options)
                     .await?;
                 Ok(outcome.into())
             },
@@ -343,57 +369,67 @@ impl Lathe for GrpcAdapter {
         .await
     }
 
+    /// Each message of the stream is a write of its own (see `upload`).
     async fn upload_documents(
         &self,
         request: Request<Streaming<proto::UpsertDocumentsRequest>>,
     ) -> Result<Response<proto::WriteResponse>, Status> {
-        let call = self.admit("UploadDocuments", Access::Write, request.metadata())?;
-        let result = async move {
-            let mut stream = request.into_inner();
-            let mut collection_name: Option<String> = None;
-            let mut wait = false;
-            let mut total = proto::WriteResponse::default();
-            while let Some(message) = stream
-                .message()
-                .await
-                .map_err(oversized_to_resource_exhausted)?
-            {
-                let proto::UpsertDocumentsRequest {
-                    collection,
-                    documents,
-                    wait: wait_here,
-                } = message;
-                match &collection_name {
-                    None => collection_name = Some(collection.clone()),
-                    Some(first) if *first != collection => {
-                        return Err(LatheError::invalid(
-                            "collection",
-                            format!("every message of one upload must name the same collection: `{first}` then `{collection}`"),
-                        )
-                        .into())
-                    }
-                    Some(_) => {}
-                }
-                wait |= wait_here;
-                let documents = convert::documents_from_proto(documents)?;
-                let outcome = self
-                    .service
-                    .upsert_documents(&collection, documents, false)
-                    .await?;
-                total.documents += outcome.documents;
-                total.sections += outcome.sections;
-                total.consistency_token = total.consistency_token.max(outcome.consistency_token);
-            }
-            if let (Some(collection), true) = (collection_name, wait) {
-                total.generation = self
-                    .service
-                    .sync(&collection, total.consistency_token)
-                    .await?;
-            }
-            Ok(Response::new(total))
-        }
-        .await;
-        call.finish(result)
+        self.upload(request).await
+    }
+
+    async fn get_operation(
+        &self,
+        request: Request<proto::GetOperationRequest>,
+    ) -> Result<Response<proto::Operation>, Status> {
+        self.unary(
+            "GetOperation",
+            Access::Read,
+            request,
+            |proto::GetOperationRequest { id }| async move {
+                Ok(self.service.get_operation(id).await?.into())
+            },
+        )
+        .await
+    }
+
+    async fn list_operations(
+        &self,
+        request: Request<proto::ListOperationsRequest>,
+    ) -> Result<Response<proto::ListOperationsResponse>, Status> {
+        self.unary(
+            "ListOperations",
+            Access::Read,
+            request,
+            |proto::ListOperationsRequest { collection, limit }| async move {
+                let operations = self.service.list_operations(&collection, limit).await?;
+                Ok(proto::ListOperationsResponse {
+                    operations: operations.into_iter().map(Into::into).collect(),
+                })
+            },
+        )
+        .await
+    }
+
+    /// Waits within the call's deadline (less the time to answer): at its end the operation is
+    /// answered as it stands, not DEADLINE_EXCEEDED.
+    async fn wait_operation(
+        &self,
+        request: Request<proto::WaitOperationRequest>,
+    ) -> Result<Response<proto::Operation>, Status> {
+        let wait_until = self.wait_until(request.metadata());
+        self.unary(
+            "WaitOperation",
+            Access::Read,
+            request,
+            |proto::WaitOperationRequest { id, timeout_ms }| async move {
+                let within_deadline = wait_until.saturating_duration_since(Instant::now());
+                let timeout = timeout_ms
+                    .map(|ms| Duration::from_millis(u64::from(ms)))
+                    .map_or(within_deadline, |asked| asked.min(within_deadline));
+                Ok(self.service.wait_operation(id, Some(timeout)).await?.into())
+            },
+        )
+        .await
     }
 
     async fn retrieve(

@@ -8,6 +8,7 @@ mod grpc;
 mod in_process;
 pub(crate) mod incoming;
 mod status;
+mod upload;
 
 pub use in_process::InProcessServer;
 
@@ -55,6 +56,7 @@ pub async fn serve(
 
     let metrics = Arc::new(Metrics::new());
     let engine = open_engine(&config, &metrics).await?;
+    engine.start_writes();
     engine.start_replication().await?;
     let lathe = lathe_service(&config, &engine, &metrics)?;
     // Reflection v1, and v1alpha for the clients that only speak it (Python's grpcio-reflection,

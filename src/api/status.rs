@@ -1,63 +1,123 @@
 //! The one mapping from Lathe's errors to gRPC status codes.
 
 use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::error::{LatheError, StorageFault};
 
 impl From<LatheError> for Status {
     fn from(error: LatheError) -> Self {
         let message = error.to_string();
-        let code = match &error {
-            LatheError::InvalidArgument { .. } => Code::InvalidArgument,
-            LatheError::CollectionNotFound { .. } => Code::NotFound,
-            LatheError::CollectionExists { .. } => Code::AlreadyExists,
-            LatheError::TooLarge { .. } => Code::ResourceExhausted,
-            LatheError::Overloaded(_) => Code::ResourceExhausted,
-            LatheError::Unauthenticated(_) => Code::Unauthenticated,
-            LatheError::PermissionDenied(_) => Code::PermissionDenied,
-            LatheError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
-            LatheError::Unavailable(_) => Code::Unavailable,
-            // Retrying once NATS is back succeeds: writes are idempotent.
-            LatheError::LogUnavailable { .. } => Code::Unavailable,
-            LatheError::Precondition(_) => Code::FailedPrecondition,
-            // gRPC's code for unrecoverable data loss or corruption: retrying cannot help.
-            LatheError::CollectionDamaged { .. } => Code::DataLoss,
-            // Not UNAVAILABLE (which tells clients to retry the call): the collection stays
-            // offline until an operator restores the file and restarts the server.
-            LatheError::CollectionOffline { .. } => Code::FailedPrecondition,
-            LatheError::StorageRefused { source, .. } => match source.kind() {
-                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
-                    Code::ResourceExhausted
-                }
-                // Permissions, immutable or read-only folders: the state of the data dir must
-                // change before a retry can succeed.
-                _ => Code::FailedPrecondition,
-            },
-            // Refused at start, before any call is served; mapped for completeness.
-            LatheError::DataDirLocked { .. } => Code::FailedPrecondition,
-            // Disk full: retrying after space is freed succeeds, as for any exhausted resource.
-            LatheError::Storage {
-                fault: StorageFault::Full,
-                ..
-            } => Code::ResourceExhausted,
-            // Retrying is useless until an operator changes the mount or the folder.
-            LatheError::Storage {
-                fault: StorageFault::ReadOnly | StorageFault::PermissionDenied,
-                ..
-            } => Code::FailedPrecondition,
-            LatheError::Storage {
-                fault: StorageFault::Other,
-                ..
-            } => Code::Unavailable,
-            // Logged where the damage was found (once per finding), not once per request.
-            LatheError::DataLoss { .. } => Code::DataLoss,
-            LatheError::IncompatibleIndex { .. } => Code::FailedPrecondition,
-            LatheError::Index(_) | LatheError::Io { .. } | LatheError::Internal(_) => {
-                tracing::error!(%error, "internal error");
-                Code::Internal
-            }
+        let mut status = match error_details(&error) {
+            Some(details) => Status::with_error_details(code_of(&error), message, details),
+            None => Status::new(code_of(&error), message),
         };
-        Status::new(code, message)
+        if let Some(pushback) = retry_pushback(&error) {
+            if let Ok(value) = pushback.parse() {
+                status.metadata_mut().insert(RETRY_PUSHBACK, value);
+            }
+        }
+        status
+    }
+}
+
+/// The trailer by which a server steers a client's gRPC retry policy (gRFC A6): a delay in
+/// milliseconds before the next attempt, or a negative value for "do not retry".
+const RETRY_PUSHBACK: &str = "grpc-retry-pushback-ms";
+
+/// A full queue asks to be retried after its delay; a write too large for a limit asks not to be
+/// retried at all (the same RESOURCE_EXHAUSTED code, but no retry can succeed).
+fn retry_pushback(error: &LatheError) -> Option<String> {
+    match error {
+        LatheError::QueueFull { retry_after, .. } => Some(retry_after.as_millis().to_string()),
+        LatheError::TooLarge { .. } => Some("-1".to_string()),
+        _ => None,
+    }
+}
+
+/// Machine-readable details (google.rpc.ErrorInfo, RetryInfo) of the errors a client acts on:
+/// a queued write names its operation, a full queue says when to retry.
+fn error_details(error: &LatheError) -> Option<ErrorDetails> {
+    match error {
+        LatheError::WriteQueued {
+            collection,
+            operation_id,
+            write_id,
+            ..
+        } => Some(ErrorDetails::with_error_info(
+            "WRITE_QUEUED",
+            ERROR_DOMAIN,
+            [
+                ("operation_id".to_string(), operation_id.to_string()),
+                ("collection".to_string(), collection.clone()),
+                ("write_id".to_string(), write_id.clone()),
+            ],
+        )),
+        LatheError::QueueFull { retry_after, .. } => {
+            let mut details = ErrorDetails::with_retry_info(Some(*retry_after));
+            details.set_error_info("WRITE_QUEUE_FULL", ERROR_DOMAIN, []);
+            Some(details)
+        }
+        _ => None,
+    }
+}
+
+/// The domain of Lathe's ErrorInfo details.
+pub const ERROR_DOMAIN: &str = "lathe";
+
+fn code_of(error: &LatheError) -> Code {
+    match error {
+        LatheError::InvalidArgument { .. } => Code::InvalidArgument,
+        LatheError::CollectionNotFound { .. } | LatheError::NotFound(_) => Code::NotFound,
+        LatheError::CollectionExists { .. } => Code::AlreadyExists,
+        LatheError::TooLarge { .. } => Code::ResourceExhausted,
+        LatheError::Overloaded(_) => Code::ResourceExhausted,
+        // The write is stored and will be applied; the wait for it ran out.
+        LatheError::WriteQueued { .. } => Code::DeadlineExceeded,
+        LatheError::QueueFull { .. } => Code::ResourceExhausted,
+        LatheError::Unauthenticated(_) => Code::Unauthenticated,
+        LatheError::PermissionDenied(_) => Code::PermissionDenied,
+        LatheError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
+        LatheError::Unavailable(_) => Code::Unavailable,
+        // Retrying once NATS is back succeeds: writes are idempotent.
+        LatheError::LogUnavailable { .. } => Code::Unavailable,
+        LatheError::Precondition(_) => Code::FailedPrecondition,
+        // gRPC's code for unrecoverable data loss or corruption: retrying cannot help.
+        LatheError::CollectionDamaged { .. } => Code::DataLoss,
+        // Not UNAVAILABLE (which tells clients to retry the call): the collection stays
+        // offline until an operator restores the file and restarts the server.
+        LatheError::CollectionOffline { .. } => Code::FailedPrecondition,
+        LatheError::StorageRefused { source, .. } => match source.kind() {
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                Code::ResourceExhausted
+            }
+            // Permissions, immutable or read-only folders: the state of the data dir must
+            // change before a retry can succeed.
+            _ => Code::FailedPrecondition,
+        },
+        // Refused at start, before any call is served; mapped for completeness.
+        LatheError::DataDirLocked { .. } => Code::FailedPrecondition,
+        // Disk full: retrying after space is freed succeeds, as for any exhausted resource.
+        LatheError::Storage {
+            fault: StorageFault::Full,
+            ..
+        } => Code::ResourceExhausted,
+        // Retrying is useless until an operator changes the mount or the folder.
+        LatheError::Storage {
+            fault: StorageFault::ReadOnly | StorageFault::PermissionDenied,
+            ..
+        } => Code::FailedPrecondition,
+        LatheError::Storage {
+            fault: StorageFault::Other,
+            ..
+        } => Code::Unavailable,
+        // Logged where the damage was found (once per finding), not once per request.
+        LatheError::DataLoss { .. } => Code::DataLoss,
+        LatheError::IncompatibleIndex { .. } => Code::FailedPrecondition,
+        LatheError::Index(_) | LatheError::Io { .. } | LatheError::Internal(_) => {
+            tracing::error!(%error, "internal error");
+            Code::Internal
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! flags. Unknown keys are rejected with the key's name. `deploy/lathe.toml` documents every key
 //! and holds exactly the built-in defaults (a unit test keeps the two equal).
 
+mod ingest;
 mod models;
 mod retrieval;
 mod server;
@@ -16,6 +17,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
+pub use ingest::IngestConfig;
 pub use models::{DenseModel, FineModeName, ModelsConfig};
 pub use retrieval::{CacheConfig, LimitsConfig, RetrievalConfig};
 pub use server::{AuthConfig, LogConfig, LogFormat, ReplicationConfig, ServerConfig, TlsConfig};
@@ -35,6 +37,7 @@ pub struct Config {
     pub models: ModelsConfig,
     pub dense: DenseConfig,
     pub limits: LimitsConfig,
+    pub ingest: IngestConfig,
     pub retrieval: RetrievalConfig,
     pub cache: CacheConfig,
     pub log: LogConfig,

@@ -15,11 +15,37 @@ impl Config {
         self.validate_server()?;
         self.validate_storage()?;
         self.validate_limits()?;
+        self.validate_ingest()?;
         self.validate_retrieval()?;
         self.validate_models()?;
         self.validate_tls()?;
         self.validate_replication()?;
         self.validate_listeners_and_log()
+    }
+
+    /// `ingest`: a queue that takes a write, windows of at least a second.
+    fn validate_ingest(&self) -> Result<(), ConfigError> {
+        let ingest = &self.ingest;
+        check(
+            ingest.max_queued_bytes >= 1 << 20,
+            "ingest.max_queued_bytes must be at least 1048576 (1 MiB)",
+        )?;
+        check(
+            ingest.max_queued_bytes_total >= ingest.max_queued_bytes,
+            "ingest.max_queued_bytes_total must be at least ingest.max_queued_bytes",
+        )?;
+        check(
+            (1..=30 * 24 * 3600).contains(&ingest.dedupe_window_s),
+            "ingest.dedupe_window_s must be in 1..=2592000 (30 days)",
+        )?;
+        check(
+            (1..=30 * 24 * 3600).contains(&ingest.operations_retention_s),
+            "ingest.operations_retention_s must be in 1..=2592000 (30 days)",
+        )?;
+        check(
+            (1024..=64 << 20).contains(&ingest.apply_batch_bytes),
+            "ingest.apply_batch_bytes must be in 1024..=67108864",
+        )
     }
 
     /// `replication`: a stream name NATS accepts, and limits that admit one entry.

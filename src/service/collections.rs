@@ -67,7 +67,7 @@ impl Engine {
                 settings: stored,
             };
             let position = replication.publish_collection_created(entry).await?;
-            self.wait_for_token(position).await?;
+            self.wait_for_token(&name, position).await?;
             return Ok(Self::info(&self.catalog.entry(&name)?));
         }
         let catalog = Arc::clone(&self.catalog);
@@ -97,12 +97,23 @@ impl Engine {
         };
         if let (Some(replication), false) = (self.replication(), local_only) {
             let position = replication.publish_collection_deleted(name).await?;
-            self.wait_for_token(position).await?;
+            self.wait_for_token(name, position).await?;
             return Ok(position);
         }
         let catalog = Arc::clone(&self.catalog);
-        let name = name.to_string();
-        blocking(move || catalog.delete(&name)).await?;
+        let owned = name.to_string();
+        blocking(move || catalog.delete(&owned)).await?;
+        // Its queued writes go with it: they fail, and never reach a new collection of the name.
+        self.ingestor.writable(name);
+        if self.ingestor.queue.is_some() {
+            let (name, reason) = (
+                name.to_string(),
+                format!("collection `{name}` was deleted before the write was applied"),
+            );
+            self.ingestor
+                .queue_call(move |queue| queue.purge(&name, &reason))
+                .await?;
+        }
         Ok(0)
     }
 

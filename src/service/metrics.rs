@@ -24,10 +24,37 @@ impl Engine {
         metrics.retrying.set(i64::from(progress.retrying.is_some()));
     }
 
+    /// The write queue's depth and age per collection (a single node). A collection whose queue
+    /// emptied shows 0 until it is deleted.
+    fn record_write_queue_metrics(&self) {
+        let Some(queue) = &self.ingestor.queue else {
+            return;
+        };
+        let metrics = &self.metrics.write_queue;
+        let now = crate::write_queue::unix_ms(std::time::SystemTime::now());
+        for depth in queue.depth() {
+            let name = [depth.collection.as_str()];
+            metrics
+                .documents
+                .with_label_values(&name)
+                .set(depth.documents as i64);
+            metrics
+                .bytes
+                .with_label_values(&name)
+                .set(depth.bytes as i64);
+            let oldest = match depth.documents {
+                0 => 0.0,
+                _ => now.saturating_sub(depth.oldest_unix_ms) as f64 / 1e3,
+            };
+            metrics.oldest_seconds.with_label_values(&name).set(oldest);
+        }
+    }
+
     /// Publishes each collection's state and size, the writers' state and the model runtime's
     /// totals to the metrics (called at scrape time).
     pub fn record_collection_metrics(&self) {
         self.record_replication_metrics();
+        self.record_write_queue_metrics();
         if let Some(totals) = self.embedder.as_ref().and_then(|e| e.inference_totals()) {
             self.metrics.inference.publish(InferenceCounts {
                 runs: totals.runs,
@@ -57,6 +84,12 @@ impl Engine {
             let _ = metrics.collection_sections.remove_label_values(&name);
             let _ = metrics.collection_bytes.remove_label_values(&name);
             let _ = metrics.collection_damaged.remove_label_values(&name);
+            let _ = metrics.write_queue.documents.remove_label_values(&name);
+            let _ = metrics.write_queue.bytes.remove_label_values(&name);
+            let _ = metrics
+                .write_queue
+                .oldest_seconds
+                .remove_label_values(&name);
         }
         *published = current;
         for state in [

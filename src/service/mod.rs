@@ -6,7 +6,8 @@
 //! # Layout
 //! - `mod.rs`: the engine: opening (model, catalog, pool), shutdown, what it keeps per collection.
 //! - `collections.rs`: create, list, get and delete collections, and what they report.
-//! - `write.rs`: upsert (runs the ingest stages), delete and sync.
+//! - `write.rs`: upsert, delete and sync: into the write queue (or the log), and operations.
+//! - `ingestor.rs`: the ingest stages, and the index workers that apply the write queue.
 //! - `retrieve.rs`: runs the query stages, timing each under its stage's name; the result cache.
 //! - `cache.rs`: the result and section caches.
 //! - `metrics.rs`: collection gauges published at scrape time; stage and cache metrics per query.
@@ -14,6 +15,7 @@
 
 pub mod cache;
 mod collections;
+mod ingestor;
 mod metrics;
 mod replica;
 mod retrieve;
@@ -39,6 +41,7 @@ use crate::replication::{ApplyTask, Replication, VectorStamp};
 use crate::telemetry::Metrics;
 use crate::tokenizer::BudgetTokenizer;
 use crate::types::ChunkingSpec;
+use crate::write_queue::{QueueLimits, WriteQueue};
 use cache::Caches;
 
 /// What the service keeps beside each open collection's index.
@@ -58,8 +61,8 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     /// The model that makes sentence vectors at ingest and the query vector at query time.
     embedder: Option<Arc<dyn Embedder>>,
-    /// Writes whose embed stage may run at once (see [`ingest_inference_slots`]).
-    ingest_inference: tokio::sync::Semaphore,
+    /// The ingest stages, the write queue and its index workers.
+    ingestor: Arc<ingestor::Ingestor>,
     catalog: Arc<Catalog<CollectionRuntime>>,
     caches: Caches,
     pool: CpuPool,
@@ -115,12 +118,36 @@ impl Engine {
             config.cache.query_vector_bytes,
         );
         let pool = CpuPool::new(config.cpu_threads())?;
-        let ingest_inference = tokio::sync::Semaphore::new(ingest_inference_slots(&config));
+        // A single node acknowledges writes from its queue; a replica from the log.
+        let queue = if config.replication.enabled() {
+            None
+        } else {
+            let ingest = &config.ingest;
+            let limits = QueueLimits {
+                max_queued_bytes: ingest.max_queued_bytes,
+                max_queued_bytes_total: ingest.max_queued_bytes_total,
+                dedupe_window: Duration::from_secs(ingest.dedupe_window_s),
+                retention: Duration::from_secs(ingest.operations_retention_s),
+            };
+            Some(Arc::new(WriteQueue::open(
+                &config.storage.data_dir,
+                limits,
+            )?))
+        };
+        let ingestor = Arc::new(ingestor::Ingestor::new(
+            config.clone(),
+            embedder.clone(),
+            ingest_inference_slots(&config),
+            Arc::clone(&catalog),
+            pool.clone(),
+            Arc::clone(&metrics),
+            queue,
+        ));
         Ok(Self {
             config,
             metrics,
             embedder,
-            ingest_inference,
+            ingestor,
             catalog,
             caches,
             pool,
@@ -128,6 +155,12 @@ impl Engine {
             replication: OnceLock::new(),
             apply_task: Mutex::new(None),
         })
+    }
+
+    /// On a single node: starts the index workers of the writes the queue holds (from before a
+    /// restart) and the pruning of ended operations. Call once, inside the runtime.
+    pub fn start_writes(&self) {
+        self.ingestor.start();
     }
 
     /// With `replication.nats_url` set: connects to the log (in the background: reads are

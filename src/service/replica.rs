@@ -222,17 +222,22 @@ impl Engine {
         )))
     }
 
-    /// Waits until this replica has applied the log up to `token` (a write's consistency
-    /// token); a single node has no log to wait on.
-    pub(super) async fn wait_for_token(&self, token: u64) -> Result<()> {
+    /// Waits until a write's consistency `token` is visible to `collection`: on a replica,
+    /// once it has applied the log up to it; on a single node, once the collection's writes
+    /// queued up to it have left the queue.
+    pub(super) async fn wait_for_token(&self, collection: &str, token: u64) -> Result<()> {
         if token == 0 {
             return Ok(());
         }
-        match self.replication() {
-            Some(replication) => replication.state().wait_applied(token).await,
-            None => Err(LatheError::Precondition(format!(
-                "consistency_token {token} was given, but this server runs without replication (replication.nats_url is empty); leave it 0"
-            ))),
+        match (self.replication(), &self.ingestor.queue) {
+            (Some(replication), _) => replication.state().wait_applied(token).await,
+            (None, Some(queue)) => {
+                queue.wait_visible(collection, token).await;
+                Ok(())
+            }
+            (None, None) => Err(LatheError::internal(
+                "a single node without its write queue",
+            )),
         }
     }
 

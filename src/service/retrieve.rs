@@ -39,7 +39,8 @@ impl Engine {
     ) -> Result<RetrieveResult> {
         let started = Instant::now();
         validate::validate_query(&self.config.limits, &query)?;
-        self.wait_for_token(consistency_token).await?;
+        self.wait_for_token(&query.collection, consistency_token)
+            .await?;
         let collection = self
             .collection_or_log(&query.collection)
             .await

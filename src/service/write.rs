@@ -1,29 +1,31 @@
-//! Writes: upsert runs the stages of the ingest pipeline in order; delete and sync go straight to
-//! the collection's writer. On a replica the records go to the write log instead, and every
-//! replica (this one included) applies them from there (see `replica`).
+//! Writes. On a single node a write is checked, cut into sections, stored in the collection's
+//! durable write queue and acknowledged with its operation; an index worker applies it after
+//! (see `ingestor`), and `wait` waits until it is visible. On a replica the records go to the
+//! write log instead, and every replica (this one included) applies them from there (see
+//! `replica`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use super::Engine;
-use crate::config::FineModeName;
-use crate::embed::FineMode;
 use crate::error::{LatheError, Result};
-use crate::index::WriteOp;
-use crate::ingest::embed::{EmbedIdentity, ReusableVectors};
-use crate::ingest::section::SectionLimits;
-use crate::ingest::{embed, records, section, sentences, validate, SentencedDocument};
+use crate::ingest::validate;
 use crate::replication::codec::{self, EncodedDocument};
 use crate::replication::Entry;
-use crate::types::{DocumentInput, WriteOutcome};
+use crate::types::{DocumentInput, Operation, OperationState, WriteOptions, WriteOutcome};
+use crate::write_queue::{QueuedWrite, MAX_WRITE_ID_BYTES};
+
+/// Longest `ListOperations` answer, and its default.
+pub const MAX_LIST_OPERATIONS: usize = 1000;
+const DEFAULT_LIST_OPERATIONS: usize = 100;
 
 impl Engine {
-    #[tracing::instrument(level = "debug", skip_all, fields(collection = %collection_name, documents = documents.len(), wait))]
+    #[tracing::instrument(level = "debug", skip_all, fields(collection = %collection_name, documents = documents.len(), wait = options.wait))]
     pub async fn upsert_documents(
         &self,
         collection_name: &str,
         documents: Vec<DocumentInput>,
-        wait: bool,
+        options: WriteOptions,
     ) -> Result<WriteOutcome> {
         let collection = self
             .collection_or_log(collection_name)
@@ -34,47 +36,195 @@ impl Engine {
             })?;
         self.check_replicated(&collection)?;
         validate::validate_batch(&self.config.limits, &documents)?;
-        let limits = SectionLimits {
-            section_tokens: collection.settings.section_tokens as usize,
-            max_sections: self.config.limits.max_sections_per_document,
-        };
-        let sectioned_collection = Arc::clone(&collection);
-        let sentenced = self
-            .pool
-            .run(move || {
-                use rayon::prelude::*;
-                let tokenizer = &sectioned_collection.extra.tokenizer;
-                // Side by side when the pool has nothing else to do (see `cpu_pool::may_fan_out`).
-                documents
-                    .into_par_iter()
-                    .with_min_len(crate::cpu_pool::min_split_len())
-                    .map(|document| {
-                        let sectioned = section::section(document, limits, tokenizer)?;
-                        Ok(sentences::sentences(sectioned))
-                    })
-                    .collect::<Result<Vec<_>>>()
-            })
-            .await?;
+        check_write_id(&options.write_id)?;
+        let sectioned = self.ingestor.section(&collection, documents).await?;
+        if self.replication().is_none() {
+            return self
+                .enqueue(&collection.name, QueuedWrite::Upsert(sectioned), options)
+                .await;
+        }
         let records = self
-            .embed_and_record(Arc::clone(&collection), sentenced)
+            .ingestor
+            .embed_and_record(Arc::clone(&collection), sectioned)
             .await?;
         let outcome = WriteOutcome {
             documents: records.len() as u32,
             sections: records.iter().map(|r| r.sections.len() as u32).sum(),
-            generation: 0,
-            consistency_token: 0,
+            ..WriteOutcome::default()
         };
-        if self.replication().is_some() {
+        self.publish_upserts(&collection, records, options.wait, outcome)
+            .await
+    }
+
+    pub async fn delete_documents(
+        &self,
+        collection_name: &str,
+        ids: Vec<String>,
+        options: WriteOptions,
+    ) -> Result<WriteOutcome> {
+        let collection = self
+            .collection_or_log(collection_name)
+            .await
+            .map_err(|error| error.naming_documents(&ids))?;
+        self.check_replicated(&collection)?;
+        if let Some(i) = ids.iter().position(String::is_empty) {
+            return Err(LatheError::invalid(
+                format!("ids[{i}]"),
+                "must not be empty",
+            ));
+        }
+        check_write_id(&options.write_id)?;
+        let documents = ids.len() as u32;
+        if let Some(replication) = self.replication() {
+            let token = replication.publish_deletes(&collection.name, &ids).await?;
+            let outcome = WriteOutcome {
+                documents,
+                ..WriteOutcome::default()
+            };
             return self
-                .publish_upserts(&collection, records, wait, outcome)
+                .after_publish(&collection, token, options.wait, outcome)
                 .await;
         }
-        let ops = records.into_iter().map(WriteOp::Upsert).collect();
-        let generation = await_write(collection.index.write(ops, wait)?).await?;
+        self.enqueue(&collection.name, QueuedWrite::Delete(ids), options)
+            .await
+    }
+
+    /// Stores `write` in the queue (durably, before answering), starts the collection's worker,
+    /// and with `wait` waits until the write is visible, up to `options.wait_until`.
+    async fn enqueue(
+        &self,
+        collection: &str,
+        write: QueuedWrite,
+        options: WriteOptions,
+    ) -> Result<WriteOutcome> {
+        self.queue()?;
+        self.ingestor.check_writable(collection)?;
+        let (documents, _) = write.size();
+        let enqueued = {
+            let (name, write_id) = (collection.to_string(), options.write_id.clone());
+            self.ingestor
+                .queue_call(move |queue| queue.enqueue(&name, &write, &write_id, SystemTime::now()))
+                .await?
+        };
+        let id = enqueued.operation.id;
+        if !enqueued.deduplicated {
+            self.ingestor.ensure_worker(collection);
+        } else {
+            tracing::debug!(
+                collection,
+                operation = id,
+                write_id = options.write_id,
+                "a write id seen before: its first operation answers"
+            );
+        }
+        let mut operation = enqueued.operation;
+        if options.wait {
+            operation = self
+                .wait_operation_visible(collection, id, options.wait_until, &options.write_id)
+                .await?;
+        }
         Ok(WriteOutcome {
-            generation,
-            ..outcome
+            documents,
+            sections: operation.sections,
+            generation: operation.generation,
+            consistency_token: id,
+            operation: Some(operation),
+            operation_ids: vec![id],
         })
+    }
+
+    /// Waits until the write `id` is visible (until `until`): its operation once applied; the
+    /// reason as an error if it failed; past `until`, [`LatheError::WriteQueued`].
+    async fn wait_operation_visible(
+        &self,
+        collection: &str,
+        id: u64,
+        until: Option<Instant>,
+        write_id: &str,
+    ) -> Result<Operation> {
+        let queue = self.queue()?;
+        let started = Instant::now();
+        let wait = queue.wait_visible(collection, id);
+        let waited = match until {
+            Some(until) => tokio::time::timeout_at(until.into(), wait).await.is_ok(),
+            None => {
+                wait.await;
+                true
+            }
+        };
+        if !waited {
+            return Err(LatheError::WriteQueued {
+                collection: collection.to_string(),
+                operation_id: id,
+                write_id: write_id.to_string(),
+                waited: started.elapsed(),
+            });
+        }
+        let operation = queue
+            .operation(id)?
+            .ok_or_else(|| LatheError::internal(format!("operation {id} has no record")))?;
+        if operation.state == OperationState::Failed {
+            return Err(LatheError::Precondition(format!(
+                "operation {id} of collection `{collection}` failed: {}",
+                operation.error
+            )));
+        }
+        Ok(operation)
+    }
+
+    /// The write queue: a single node's.
+    fn queue(&self) -> Result<Arc<crate::write_queue::WriteQueue>> {
+        self.ingestor.queue.clone().ok_or_else(|| {
+            LatheError::Precondition(
+                "operations are a single node's: with replication a write is applied before it is acknowledged, and carries a consistency token instead"
+                    .into(),
+            )
+        })
+    }
+
+    /// The operation `id`.
+    pub async fn get_operation(&self, id: u64) -> Result<Operation> {
+        self.queue()?;
+        self.ingestor
+            .queue_call(move |queue| queue.operation(id))
+            .await?
+            .ok_or_else(|| operation_not_found(id))
+    }
+
+    /// Up to `limit` (0: the default) operations of `collection`, newest first.
+    pub async fn list_operations(&self, collection: &str, limit: u32) -> Result<Vec<Operation>> {
+        let limit = match limit as usize {
+            0 => DEFAULT_LIST_OPERATIONS,
+            limit if limit <= MAX_LIST_OPERATIONS => limit,
+            limit => {
+                return Err(LatheError::invalid(
+                    "limit",
+                    format!("{limit} is out of range; the allowed range is 0..={MAX_LIST_OPERATIONS} (0: {DEFAULT_LIST_OPERATIONS})"),
+                ))
+            }
+        };
+        if collection.is_empty() {
+            return Err(LatheError::invalid("collection", "must not be empty"));
+        }
+        self.queue()?;
+        let name = collection.to_string();
+        self.ingestor
+            .queue_call(move |queue| queue.operations(&name, limit))
+            .await
+    }
+
+    /// Waits until the operation `id` ends or `timeout` passes; answers it as it stands then.
+    pub async fn wait_operation(&self, id: u64, timeout: Option<Duration>) -> Result<Operation> {
+        let queue = self.queue()?;
+        let wait = queue.wait_ended(id);
+        let ended = match timeout {
+            Some(timeout) => tokio::time::timeout(timeout, wait).await.ok(),
+            None => Some(wait.await),
+        };
+        match ended {
+            Some(operation) => operation?.ok_or_else(|| operation_not_found(id)),
+            None => self.get_operation(id).await,
+        }
     }
 
     /// On a replica: the records go to the log (encoded on the pool); with `wait`, the answer
@@ -127,148 +277,40 @@ impl Engine {
             ..outcome
         };
         if wait {
-            self.wait_for_token(token).await?;
+            self.wait_for_token(&collection.name, token).await?;
             outcome.generation = collection.index.snapshot().generation;
         }
         Ok(outcome)
     }
 
-    /// The embed stage (with a model) and the records stage, on the pool. Before embedding, the
-    /// stored sections of the documents' current versions are read: those whose embedding input
-    /// is unchanged lend their vectors (see [`embed::ReusableVectors`]). A write waits (off the
-    /// pool) for one of the embed stage's slots (see `ingest_inference_slots`); sectioning and
-    /// committing of other writes go on meanwhile.
-    async fn embed_and_record(
-        &self,
-        collection: Arc<super::Collection>,
-        mut documents: Vec<SentencedDocument>,
-    ) -> Result<Vec<crate::index::DocumentRecord>> {
-        let embedder = self.embedder.clone();
-        let mode = match self.config.models.fine_mode {
-            FineModeName::Late => FineMode::LateChunking,
-            FineModeName::Sentence => FineMode::PerSentence,
-        };
-        let model = self.config.models.dense.name();
-        let metrics = Arc::clone(&self.metrics);
-        let _slot = match embedder {
-            Some(_) => Some(
-                self.ingest_inference
-                    .acquire()
-                    .await
-                    .map_err(|_| LatheError::Unavailable("the server is stopping".into()))?,
-            ),
-            None => None,
-        };
-        self.pool
-            .run(move || {
-                if let Some(embedder) = embedder {
-                    let identity = EmbedIdentity { model, mode };
-                    let reusable = ReusableVectors::from_stored(
-                        identity,
-                        embedder.dim(),
-                        stored_embeddings(&collection.index, &documents),
-                    );
-                    let started = Instant::now();
-                    let counts =
-                        embed::embed(embedder.as_ref(), identity, &mut documents, &reusable)?;
-                    if counts.embedded > 0 {
-                        metrics.embedding_batches.with_label_values(&[model]).inc();
-                        metrics
-                            .embedding_batch_seconds
-                            .with_label_values(&[model])
-                            .observe(started.elapsed().as_secs_f64());
-                    }
-                    metrics
-                        .embed_sections
-                        .with_label_values(&["embedded"])
-                        .inc_by(counts.embedded as u64);
-                    metrics
-                        .embed_sections
-                        .with_label_values(&["reused"])
-                        .inc_by(counts.reused as u64);
-                }
-                Ok(documents.into_iter().map(records::record).collect())
-            })
-            .await
-    }
-
-    pub async fn delete_documents(
-        &self,
-        collection_name: &str,
-        ids: Vec<String>,
-        wait: bool,
-    ) -> Result<WriteOutcome> {
-        let collection = self
-            .collection_or_log(collection_name)
-            .await
-            .map_err(|error| error.naming_documents(&ids))?;
-        self.check_replicated(&collection)?;
-        if let Some(i) = ids.iter().position(String::is_empty) {
-            return Err(LatheError::invalid(
-                format!("ids[{i}]"),
-                "must not be empty",
-            ));
-        }
-        let documents = ids.len() as u32;
-        if let Some(replication) = self.replication() {
-            let token = replication.publish_deletes(&collection.name, &ids).await?;
-            let outcome = WriteOutcome {
-                documents,
-                ..WriteOutcome::default()
-            };
-            return self.after_publish(&collection, token, wait, outcome).await;
-        }
-        let ops = ids
-            .into_iter()
-            .map(|doc_id| WriteOp::Delete { doc_id })
-            .collect();
-        let generation = await_write(collection.index.write(ops, wait)?).await?;
-        Ok(WriteOutcome {
-            documents,
-            sections: 0,
-            generation,
-            consistency_token: 0,
-        })
-    }
-
-    /// Makes what was written to the collection durable and visible; on a replica, waits until
-    /// the writes up to `token` are applied here. Returns the generation that shows them.
+    /// Makes what was written to the collection visible: on a single node, once every write
+    /// queued for it so far is applied; on a replica, once the writes up to `token` are applied
+    /// here. Returns the generation that shows them.
     pub async fn sync(&self, collection_name: &str, token: u64) -> Result<u64> {
         let collection = self.collection_or_log(collection_name).await?;
+        self.wait_for_token(collection_name, token).await?;
         if self.replication().is_some() {
-            self.wait_for_token(token).await?;
             return Ok(collection.index.snapshot().generation);
         }
-        await_write(collection.index.write(Vec::new(), true)?).await
+        super::ingestor::committed(collection.index.write(Vec::new(), true)?).await
     }
 }
 
-/// The stored sections of the current version of each of `documents`, for reuse. A document
-/// whose stored sections cannot be read (damaged) lends nothing: its new version is embedded
-/// whole, and the upsert that replaces it goes ahead.
-fn stored_embeddings(
-    index: &crate::index::CollectionIndex,
-    documents: &[SentencedDocument],
-) -> Vec<crate::index::StoredEmbedding> {
-    let mut stored = Vec::new();
-    for document in documents {
-        match index.document_embeddings(&document.document.id) {
-            Ok(sections) => stored.extend(sections),
-            Err(error) => tracing::warn!(
-                document = %document.document.id,
-                %error,
-                "stored sections unreadable, embedding the new version whole"
+fn check_write_id(write_id: &str) -> Result<()> {
+    if write_id.len() > MAX_WRITE_ID_BYTES {
+        return Err(LatheError::invalid(
+            "write_id",
+            format!(
+                "is {} bytes; the allowed range is 0..={MAX_WRITE_ID_BYTES}",
+                write_id.len()
             ),
-        }
+        ));
     }
-    stored
+    Ok(())
 }
 
-async fn await_write(receiver: Option<tokio::sync::oneshot::Receiver<Result<u64>>>) -> Result<u64> {
-    match receiver {
-        None => Ok(0),
-        Some(receiver) => receiver.await.map_err(|_| {
-            LatheError::Unavailable("the collection's writer stopped before committing".into())
-        })?,
-    }
+fn operation_not_found(id: u64) -> LatheError {
+    LatheError::NotFound(format!(
+        "operation {id} not found: never queued on this server, or ended longer ago than ingest.operations_retention_s"
+    ))
 }

@@ -257,6 +257,7 @@ pub async fn upsert(
             collection: collection.to_string(),
             documents,
             wait: true,
+            write_id: String::new(),
         })
         .await
         .expect("upsert")
@@ -377,4 +378,39 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("server never became ready: {last:?}");
+}
+
+/// Waits until every write queued for `collection` so far has been applied (or failed): its
+/// newest operation has ended, and the queue applies a collection's writes in order. After a
+/// restart, what was queued before it is applied in the background; this settles it.
+pub async fn drain_queue(client: &mut LatheClient<Channel>, collection: &str) {
+    let newest = client
+        .list_operations(proto::ListOperationsRequest {
+            collection: collection.to_string(),
+            limit: 1,
+        })
+        .await
+        .expect("list operations")
+        .into_inner()
+        .operations;
+    let Some(newest) = newest.first() else {
+        return;
+    };
+    loop {
+        let operation = client
+            .wait_operation(proto::WaitOperationRequest {
+                id: newest.id,
+                timeout_ms: Some(10_000),
+            })
+            .await
+            .expect("wait operation")
+            .into_inner();
+        let state = proto::OperationState::try_from(operation.state).unwrap();
+        if matches!(
+            state,
+            proto::OperationState::Applied | proto::OperationState::Failed
+        ) {
+            return;
+        }
+    }
 }

@@ -19,6 +19,7 @@ from lathe_client import (
     DocumentFormat,
     Lathe,
     LatheError,
+    OperationState,
     ResultOrder,
 )
 
@@ -213,6 +214,7 @@ def test_upsert_replaces_and_delete_removes(lathe: Lathe) -> None:
     assert lathe.retrieve(name, "flamingos", budget=50).chunks[0].doc_id == "a"
     deleted = lathe.delete_documents(name, ["a"], wait=True)
     assert deleted.documents == 1
+    assert deleted.operation is not None and deleted.operation.state is OperationState.APPLIED
     assert lathe.retrieve(name, "flamingos", budget=50).chunks == []
     assert lathe.get_collection(name).stats.documents == 0
 
@@ -226,28 +228,26 @@ def test_streaming_upload_writes_every_batch(lathe: Lathe) -> None:
     )
     written = lathe.upload(name, batches, wait=True)
     assert written.documents == 15
+    assert len(written.operation_ids) == 3, "one operation per message"
     assert lathe.get_collection(name).stats.documents == 15
 
 
-def test_upload_documents_stores_every_batch_reports_progress_and_resends_safely(lathe: Lathe) -> None:
+def test_upload_documents_is_a_thin_alias_of_upsert_with_wait(lathe: Lathe) -> None:
     name = unique_name("batched")
     lathe.create_collection(name)
     documents = [
         Document(id=f"doc-{i}", text=f"Document {i} follows the terns. " * 40) for i in range(12)
     ]
     seen = []
-    written = lathe.upload_documents(
-        name, documents, first_batch_bytes=1, max_batch_documents=5, progress=seen.append
-    )
+    written = lathe.upload_documents(name, documents, progress=seen.append)
     assert written.documents == 12
+    assert written.operation is not None and written.operation.state is OperationState.APPLIED
     assert lathe.get_collection(name).stats.documents == 12
-    # Several batches (at most 5 documents each), progress after each, ending at the totals.
-    assert len(seen) >= 3
-    assert [p.documents for p in seen] == sorted(p.documents for p in seen)
-    assert seen[-1].documents == 12
-    assert seen[-1].bytes == seen[-1].total_bytes
-    # Resuming = sending again: the same documents, nothing duplicated.
-    again = lathe.upload_documents(name, documents)
+    assert seen and seen[-1].state is OperationState.APPLIED
+    # The former sizing arguments are accepted, ignored, and warned about; sending the same
+    # documents again stores nothing twice.
+    with pytest.warns(DeprecationWarning):
+        again = lathe.upload_documents(name, documents, first_batch_bytes=1, max_batch_documents=5)
     assert again.documents == 12
     assert lathe.get_collection(name).stats.documents == 12
 
@@ -261,16 +261,16 @@ def test_a_zero_budget_is_invalid_argument_naming_token_budget(lathe: Lathe, doc
     assert raised.value.method == "Retrieve"
 
 
-def test_consistency_tokens_are_zero_and_refused_on_a_single_node(lathe: Lathe) -> None:
+def test_a_writes_consistency_token_is_its_operation_and_reads_the_write(lathe: Lathe) -> None:
     name = unique_name("tokens")
     lathe.create_collection(name)
-    written = lathe.upsert(name, [Document(id="probe", text="A probe of tokens.")], wait=True)
-    assert written.consistency_token == 0
-    assert lathe.retrieve(name, "probe", budget=64).log_position == 0
-    with pytest.raises(LatheError) as raised:
-        lathe.retrieve(name, "probe", budget=64, consistency_token=3)
-    assert raised.value.code is grpc.StatusCode.FAILED_PRECONDITION
-    assert "consistency_token 3" in raised.value.details
+    # No wait: the retrieve that carries the token waits until the write is visible.
+    written = lathe.upsert(name, [Document(id="probe", text="A probe of tokens.")])
+    assert written.operation is not None
+    assert written.consistency_token == written.operation.id > 0
+    result = lathe.retrieve(name, "probe", budget=64, consistency_token=written.consistency_token)
+    assert [c.doc_id for c in result.chunks] == ["probe"]
+    assert result.log_position == 0
     assert lathe.delete_collection(name) == CollectionDeleted(name=name, consistency_token=0)
 
 
@@ -299,17 +299,21 @@ def test_an_unreachable_server_is_unavailable() -> None:
     assert raised.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
-def test_sigterm_drains_commits_and_data_survives_a_restart(tmp_path: Path) -> None:
+def test_sigterm_drains_and_an_acknowledged_write_survives_a_restart(tmp_path: Path) -> None:
     first = start_server(tmp_path)
     with Lathe(first.address) as client:
         client.create_collection("durable")
-        # No wait: SIGTERM must still commit the write before the process exits.
-        client.upsert("durable", [Document(id="d", text="Kestrels hover over meadows.")])
+        # No wait: the acknowledged write is in the durable queue; SIGTERM or not, it is applied
+        # (before the exit, or after the restart).
+        written = client.upsert("durable", [Document(id="d", text="Kestrels hover over meadows.")])
     assert first.stop() == 0, first.log()
     second = start_server(tmp_path)
     try:
         with Lathe(second.address) as client:
-            assert client.retrieve("durable", "kestrels", budget=20).chunks[0].doc_id == "d"
+            answer = client.retrieve(
+                "durable", "kestrels", budget=20, consistency_token=written.consistency_token
+            )
+            assert answer.chunks[0].doc_id == "d"
     finally:
         assert second.stop() == 0, second.log()
 

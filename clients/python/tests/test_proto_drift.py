@@ -41,6 +41,27 @@ def test_every_chunking_option_is_a_field_of_chunking() -> None:
     assert proto_fields <= python_fields, proto_fields - python_fields
 
 
+def test_every_operation_and_write_response_field_has_a_python_counterpart() -> None:
+    for message, dataclass in [
+        (lathe_pb2.Operation, types.Operation),
+        (lathe_pb2.WriteResponse, types.WriteResult),
+    ]:
+        proto_fields = set(message.DESCRIPTOR.fields_by_name)
+        python_fields = {field.name for field in dataclasses.fields(dataclass)}
+        assert proto_fields <= python_fields, (dataclass.__name__, proto_fields - python_fields)
+
+
+def test_every_rpc_of_the_service_is_called_by_the_client() -> None:
+    from pathlib import Path
+
+    import lathe_client.client
+
+    source = Path(lathe_client.client.__file__).read_text()
+    service = lathe_pb2.DESCRIPTOR.services_by_name["Lathe"]
+    uncalled = [m.name for m in service.methods if f"self._stub.{m.name}" not in source]
+    assert not uncalled, f"RPCs without a client method: {uncalled}"
+
+
 
 def test_chunking_options_survive_the_trip_through_the_proto() -> None:
     from lathe_client.client import _chunking_from_proto, _chunking_to_proto

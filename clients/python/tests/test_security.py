@@ -72,7 +72,8 @@ def test_tls_serves_clients_that_trust_the_ca_and_refuses_plaintext(tmp_path: Pa
             secure.create_collection("secure")
             secure.upsert("secure", [Document(id="a", text="Herons wade in shallow water.")], wait=True)
             assert secure.retrieve("secure", "herons", budget=20).chunks[0].doc_id == "a"
-        with Lathe(server.address, timeout=3.0) as plaintext:
+        # One attempt: the retry policy would retry UNAVAILABLE until the deadline.
+        with Lathe(server.address, timeout=3.0, max_attempts=1) as plaintext:
             with pytest.raises(LatheError) as raised:
                 plaintext.list_collections()
             assert raised.value.code is grpc.StatusCode.UNAVAILABLE

@@ -74,6 +74,7 @@ pub async fn upload_in_batches(
             collection: collection.to_string(),
             documents: documents.by_ref().take(batch).collect(),
             wait: true,
+            write_id: String::new(),
         });
     }
     let response = client

@@ -19,6 +19,9 @@ __all__ = [
     "CollectionStats",
     "Document",
     "DocumentFormat",
+    "Operation",
+    "OperationKind",
+    "OperationState",
     "ResultOrder",
     "RetrieveResult",
     "ScoreParts",
@@ -157,15 +160,116 @@ class CollectionDeleted:
     consistency_token: int = 0
 
 
+class OperationState(enum.Enum):
+    """Where a queued write stands (see lathe.proto OperationState)."""
+
+    UNSPECIFIED = "unspecified"
+    # Durable in the write queue, waiting for the collection's index worker.
+    QUEUED = "queued"
+    # Being embedded and applied.
+    RUNNING = "running"
+    # Visible to every retrieve.
+    APPLIED = "applied"
+    # Not applied (or, when documents_done > 0, applied up to that document); `error` says why.
+    FAILED = "failed"
+
+    @property
+    def ended(self) -> bool:
+        """APPLIED or FAILED: the state will not change any more."""
+        return self in (OperationState.APPLIED, OperationState.FAILED)
+
+
+class OperationKind(enum.Enum):
+    UNSPECIFIED = "unspecified"
+    UPSERT = "upsert"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True)
+class Operation:
+    """The progress of one queued write (a single node's write queue; see lathe.proto
+    Operation)."""
+
+    id: int
+    collection: str
+    kind: OperationKind
+    state: OperationState
+    documents_total: int = 0
+    documents_done: int = 0
+    # Bytes of document text (deletes: of document ids).
+    bytes_total: int = 0
+    bytes_done: int = 0
+    # Text embedded and applied per second: while running, so far; once applied, overall.
+    bytes_per_second: float = 0.0
+    # While queued or running: the seconds left at the collection's recent rate (None until
+    # there is one).
+    eta_seconds: float | None = None
+    # Why a failed operation failed ("" otherwise).
+    error: str = ""
+    write_id: str = ""
+    # Pass it to `retrieve(..., consistency_token=)` to read this write (on a single node, the
+    # operation's id).
+    consistency_token: int = 0
+    # Unix time in milliseconds; 0 when not yet.
+    created_unix_ms: int = 0
+    started_unix_ms: int = 0
+    finished_unix_ms: int = 0
+    # Once applied: the sections indexed and the generation that shows the write.
+    sections: int = 0
+    generation: int = 0
+
+    @property
+    def ended(self) -> bool:
+        """Applied or failed: the operation will not change any more."""
+        return self.state.ended
+
+    @property
+    def applied(self) -> bool:
+        return self.state is OperationState.APPLIED
+
+    @property
+    def failed(self) -> bool:
+        return self.state is OperationState.FAILED
+
+    @property
+    def fraction_done(self) -> float:
+        """Share of the write's bytes applied, 0..1 (1 once applied)."""
+        if self.state is OperationState.APPLIED:
+            return 1.0
+        if self.bytes_total == 0:
+            return 0.0
+        return min(1.0, self.bytes_done / self.bytes_total)
+
+    def line(self) -> str:
+        """One line for a progress display: state, documents, megabytes, rate and ETA."""
+        eta = "" if self.eta_seconds is None or self.ended else f", ETA {self.eta_seconds:.1f} s"
+        text = (
+            f"operation {self.id} {self.state.name}: "
+            f"documents {self.documents_done}/{self.documents_total}, "
+            f"{self.bytes_done / 1e6:.2f}/{self.bytes_total / 1e6:.2f} MB, "
+            f"{self.bytes_per_second / 1e6:.2f} MB/s{eta}"
+        )
+        return f"{text}: {self.error}" if self.error else text
+
+
 @dataclass(frozen=True)
 class WriteResult:
+    """What a write did. Without wait the write is queued (its `operation` QUEUED, RUNNING or
+    already APPLIED) and `sections` and `generation` are 0; with wait it is applied."""
+
     documents: int
     sections: int
     # With wait=True: the index generation at which the write is visible; otherwise 0.
     generation: int
-    # With replication: the write's position in the log; pass it to `retrieve(...,
-    # consistency_token=)` on any replica to read the write there. 0 on a single node.
+    # Pass it to `retrieve(..., consistency_token=)` to read the write: on a single node the
+    # (last) operation's id, with replication the write's position in the log (on any replica).
     consistency_token: int = 0
+    # The write's (last) operation as last seen (single node; None with replication, where
+    # writes are applied before they are acknowledged).
+    operation: Operation | None = None
+    # Every operation the write queued, in order: one per request the client sent (an upsert
+    # larger than one message is sent as several) or per message of an upload.
+    operation_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

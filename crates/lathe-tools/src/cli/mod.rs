@@ -3,8 +3,10 @@
 
 mod eval;
 mod ingest;
+pub mod ops;
 mod query;
 
 pub use eval::{eval, EvalArgs};
 pub use ingest::{documents_from_jsonl, ingest, IngestArgs};
+pub use ops::{ops, OpsArgs};
 pub use query::{query, QueryArgs};

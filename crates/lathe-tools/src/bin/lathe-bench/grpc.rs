@@ -239,6 +239,7 @@ pub(crate) async fn write_one_more(
             collection: collection.to_string(),
             documents: vec![document],
             wait: true,
+            write_id: String::new(),
         })
         .await
         .map_err(|status| anyhow::anyhow!("the write before kill -9: {status}"))?;

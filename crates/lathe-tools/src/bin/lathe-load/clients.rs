@@ -147,6 +147,7 @@ fn writer_request(
             collection: collection.to_string(),
             ids: vec![format!("writer-{}", (revision + 8) % 16)],
             wait: true,
+            write_id: String::new(),
         });
     }
     let source = &dataset.documents[(revision as usize) % dataset.documents.len()];
@@ -162,6 +163,7 @@ fn writer_request(
         collection: collection.to_string(),
         documents: vec![document],
         wait: true,
+        write_id: String::new(),
     })
 }
 

@@ -164,6 +164,7 @@ async fn upsert_latencies(
                 collection: COLLECTION.into(),
                 documents: vec![one_document(n)],
                 wait,
+                write_id: String::new(),
             })
             .await?;
         latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
@@ -235,6 +236,7 @@ pub(crate) async fn write_load(args: &Args, replicas: &[Replica]) -> anyhow::Res
                         collection: COLLECTION.into(),
                         documents,
                         wait: false,
+                        write_id: String::new(),
                     })
                     .await?
                     .into_inner();

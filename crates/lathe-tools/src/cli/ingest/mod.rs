@@ -1,8 +1,9 @@
 //! `lathe ingest`: files or folders into a collection, in batches sized to finish well within a
 //! call's deadline.
 //!
-//! Each batch is one `wait` UpsertDocuments call: applied whole or not at all, and acknowledged
-//! only once durable. Batches are cut by bytes, sized from the throughput measured so far so that
+//! Each batch is one `wait` UpsertDocuments call with a `write_id` that hashes its content: the
+//! server queues it durably, and answers once it is visible; a batch whose deadline passes while
+//! it is queued is followed to its end through its operation (`ops::follow`), not sent again. Batches are cut by bytes, sized from the throughput measured so far so that
 //! one takes about `--batch-seconds` (a third of the server's default 30 s deadline); a batch that
 //! still runs past its deadline is retried at a quarter the size (an upsert is idempotent), and
 //! one document that alone outlasts it goes as an upload stream (no server deadline). Three batches
@@ -204,10 +205,12 @@ async fn send_batch(
     batch_bytes: usize,
     deadline: Duration,
 ) -> SentBatch {
+    let write_id = batch_write_id(collection, batch);
     let message = || proto::UpsertDocumentsRequest {
         collection: collection.to_string(),
         documents: batch.to_vec(),
         wait: true,
+        write_id: write_id.clone(),
     };
     let mut request = tonic::Request::new(message());
     // The deadline as the header only, so that the server answers DEADLINE_EXCEEDED (tonic's
@@ -218,6 +221,20 @@ async fn send_batch(
         header.parse().context("the deadline as a header")?,
     );
     Ok(match client.upsert_documents(request).await {
+        // Queued, and applied after the deadline: followed to its end (not sent again).
+        Err(status) if super::ops::queued_operation(&status).is_some() => {
+            let id = super::ops::queued_operation(&status).unwrap_or_default();
+            let operation = super::ops::follow(client, id, false).await?;
+            super::ops::ended_well(&operation)?;
+            Ok(tonic::Response::new(proto::WriteResponse {
+                documents: operation.documents_total,
+                sections: operation.sections,
+                generation: operation.generation,
+                consistency_token: operation.consistency_token,
+                operation_ids: vec![id],
+                operation: Some(operation),
+            }))
+        }
         // One document whose embedding alone outlasts the deadline: an upload stream has
         // no server deadline (`server.request_timeout_ms` is for unary calls).
         Err(status) if ran_past_deadline(&status) && batch.len() == 1 => {
@@ -232,6 +249,28 @@ async fn send_batch(
         }
         other => other,
     })
+}
+
+/// The idempotency key of a batch: a hash of the collection and the batch's documents, so that
+/// a batch sent again (a retry, or the same command run again within the server's dedupe
+/// window) is answered by its first operation instead of being queued twice.
+fn batch_write_id(collection: &str, batch: &[proto::Document]) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    collection.hash(&mut hasher);
+    for document in batch {
+        document.id.hash(&mut hasher);
+        document.title.hash(&mut hasher);
+        document.text.hash(&mut hasher);
+        document.format.hash(&mut hasher);
+        let mut metadata: Vec<_> = document.metadata.iter().collect();
+        metadata.sort();
+        metadata.hash(&mut hasher);
+        for section in &document.sections {
+            (section.start, section.end, &section.title).hash(&mut hasher);
+        }
+    }
+    format!("lathe-ingest-{:016x}-{}", hasher.finish(), batch.len())
 }
 
 /// The closing line: what was stored, how fast, and the generation that makes it visible.

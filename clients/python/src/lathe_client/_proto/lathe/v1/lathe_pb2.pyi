@@ -21,6 +21,20 @@ class DocumentFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DOCUMENT_FORMAT_MARKDOWN: _ClassVar[DocumentFormat]
     DOCUMENT_FORMAT_HTML: _ClassVar[DocumentFormat]
 
+class OperationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OPERATION_STATE_UNSPECIFIED: _ClassVar[OperationState]
+    OPERATION_STATE_QUEUED: _ClassVar[OperationState]
+    OPERATION_STATE_RUNNING: _ClassVar[OperationState]
+    OPERATION_STATE_APPLIED: _ClassVar[OperationState]
+    OPERATION_STATE_FAILED: _ClassVar[OperationState]
+
+class OperationKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OPERATION_KIND_UNSPECIFIED: _ClassVar[OperationKind]
+    OPERATION_KIND_UPSERT: _ClassVar[OperationKind]
+    OPERATION_KIND_DELETE: _ClassVar[OperationKind]
+
 class ChunkStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CHUNK_STRATEGY_UNSPECIFIED: _ClassVar[ChunkStrategy]
@@ -58,6 +72,14 @@ DOCUMENT_FORMAT_UNSPECIFIED: DocumentFormat
 DOCUMENT_FORMAT_PLAIN: DocumentFormat
 DOCUMENT_FORMAT_MARKDOWN: DocumentFormat
 DOCUMENT_FORMAT_HTML: DocumentFormat
+OPERATION_STATE_UNSPECIFIED: OperationState
+OPERATION_STATE_QUEUED: OperationState
+OPERATION_STATE_RUNNING: OperationState
+OPERATION_STATE_APPLIED: OperationState
+OPERATION_STATE_FAILED: OperationState
+OPERATION_KIND_UNSPECIFIED: OperationKind
+OPERATION_KIND_UPSERT: OperationKind
+OPERATION_KIND_DELETE: OperationKind
 CHUNK_STRATEGY_UNSPECIFIED: ChunkStrategy
 CHUNK_STRATEGY_FIXED: ChunkStrategy
 CHUNK_STRATEGY_SENTENCE: ChunkStrategy
@@ -193,36 +215,112 @@ class Document(_message.Message):
     def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., format: _Optional[_Union[DocumentFormat, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., sections: _Optional[_Iterable[_Union[SectionBoundary, _Mapping]]] = ...) -> None: ...
 
 class UpsertDocumentsRequest(_message.Message):
-    __slots__ = ("collection", "documents", "wait")
+    __slots__ = ("collection", "documents", "wait", "write_id")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
+    WRITE_ID_FIELD_NUMBER: _ClassVar[int]
     collection: str
     documents: _containers.RepeatedCompositeFieldContainer[Document]
     wait: bool
-    def __init__(self, collection: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ..., wait: _Optional[bool] = ...) -> None: ...
+    write_id: str
+    def __init__(self, collection: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ..., wait: _Optional[bool] = ..., write_id: _Optional[str] = ...) -> None: ...
 
 class DeleteDocumentsRequest(_message.Message):
-    __slots__ = ("collection", "ids", "wait")
+    __slots__ = ("collection", "ids", "wait", "write_id")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     IDS_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
+    WRITE_ID_FIELD_NUMBER: _ClassVar[int]
     collection: str
     ids: _containers.RepeatedScalarFieldContainer[str]
     wait: bool
-    def __init__(self, collection: _Optional[str] = ..., ids: _Optional[_Iterable[str]] = ..., wait: _Optional[bool] = ...) -> None: ...
+    write_id: str
+    def __init__(self, collection: _Optional[str] = ..., ids: _Optional[_Iterable[str]] = ..., wait: _Optional[bool] = ..., write_id: _Optional[str] = ...) -> None: ...
 
 class WriteResponse(_message.Message):
-    __slots__ = ("documents", "sections", "generation", "consistency_token")
+    __slots__ = ("documents", "sections", "generation", "consistency_token", "operation", "operation_ids")
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     SECTIONS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_IDS_FIELD_NUMBER: _ClassVar[int]
     documents: int
     sections: int
     generation: int
     consistency_token: int
-    def __init__(self, documents: _Optional[int] = ..., sections: _Optional[int] = ..., generation: _Optional[int] = ..., consistency_token: _Optional[int] = ...) -> None: ...
+    operation: Operation
+    operation_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, documents: _Optional[int] = ..., sections: _Optional[int] = ..., generation: _Optional[int] = ..., consistency_token: _Optional[int] = ..., operation: _Optional[_Union[Operation, _Mapping]] = ..., operation_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Operation(_message.Message):
+    __slots__ = ("id", "collection", "kind", "state", "documents_total", "documents_done", "bytes_total", "bytes_done", "bytes_per_second", "eta_seconds", "error", "write_id", "consistency_token", "created_unix_ms", "started_unix_ms", "finished_unix_ms", "sections", "generation")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_DONE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BYTES_DONE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    ETA_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    WRITE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CREATED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    SECTIONS_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    collection: str
+    kind: OperationKind
+    state: OperationState
+    documents_total: int
+    documents_done: int
+    bytes_total: int
+    bytes_done: int
+    bytes_per_second: float
+    eta_seconds: float
+    error: str
+    write_id: str
+    consistency_token: int
+    created_unix_ms: int
+    started_unix_ms: int
+    finished_unix_ms: int
+    sections: int
+    generation: int
+    def __init__(self, id: _Optional[int] = ..., collection: _Optional[str] = ..., kind: _Optional[_Union[OperationKind, str]] = ..., state: _Optional[_Union[OperationState, str]] = ..., documents_total: _Optional[int] = ..., documents_done: _Optional[int] = ..., bytes_total: _Optional[int] = ..., bytes_done: _Optional[int] = ..., bytes_per_second: _Optional[float] = ..., eta_seconds: _Optional[float] = ..., error: _Optional[str] = ..., write_id: _Optional[str] = ..., consistency_token: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., started_unix_ms: _Optional[int] = ..., finished_unix_ms: _Optional[int] = ..., sections: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class GetOperationRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class ListOperationsRequest(_message.Message):
+    __slots__ = ("collection", "limit")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    limit: int
+    def __init__(self, collection: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListOperationsResponse(_message.Message):
+    __slots__ = ("operations",)
+    OPERATIONS_FIELD_NUMBER: _ClassVar[int]
+    operations: _containers.RepeatedCompositeFieldContainer[Operation]
+    def __init__(self, operations: _Optional[_Iterable[_Union[Operation, _Mapping]]] = ...) -> None: ...
+
+class WaitOperationRequest(_message.Message):
+    __slots__ = ("id", "timeout_ms")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    timeout_ms: int
+    def __init__(self, id: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
 
 class ChunkingOptions(_message.Message):
     __slots__ = ("strategy", "max_tokens", "overlap_tokens", "unit", "separators", "semantic_threshold", "semantic_amount")

@@ -69,6 +69,21 @@ class LatheStub:
                 request_serializer=lathe_dot_v1_dot_lathe__pb2.UpsertDocumentsRequest.SerializeToString,
                 response_deserializer=lathe_dot_v1_dot_lathe__pb2.WriteResponse.FromString,
                 _registered_method=True)
+        self.GetOperation = channel.unary_unary(
+                '/lathe.v1.Lathe/GetOperation',
+                request_serializer=lathe_dot_v1_dot_lathe__pb2.GetOperationRequest.SerializeToString,
+                response_deserializer=lathe_dot_v1_dot_lathe__pb2.Operation.FromString,
+                _registered_method=True)
+        self.ListOperations = channel.unary_unary(
+                '/lathe.v1.Lathe/ListOperations',
+                request_serializer=lathe_dot_v1_dot_lathe__pb2.ListOperationsRequest.SerializeToString,
+                response_deserializer=lathe_dot_v1_dot_lathe__pb2.ListOperationsResponse.FromString,
+                _registered_method=True)
+        self.WaitOperation = channel.unary_unary(
+                '/lathe.v1.Lathe/WaitOperation',
+                request_serializer=lathe_dot_v1_dot_lathe__pb2.WaitOperationRequest.SerializeToString,
+                response_deserializer=lathe_dot_v1_dot_lathe__pb2.Operation.FromString,
+                _registered_method=True)
         self.Retrieve = channel.unary_unary(
                 '/lathe.v1.Lathe/Retrieve',
                 request_serializer=lathe_dot_v1_dot_lathe__pb2.RetrieveRequest.SerializeToString,
@@ -105,7 +120,9 @@ class LatheServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpsertDocuments(self, request, context):
-        """Documents. An upsert replaces every section of each named document at once.
+        """Documents. An upsert replaces every section of each named document at once. A write is
+        checked whole, stored in the collection's durable write queue and acknowledged at once with
+        its operation; an index worker then embeds and applies it (see Operation).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -118,7 +135,30 @@ class LatheServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UploadDocuments(self, request_iterator, context):
-        """Client-streaming upload for large corpora: each message is a batch for one collection.
+        """Client-streaming upload for large corpora: each message is a batch for one collection, and
+        becomes an operation of its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetOperation(self, request, context):
+        """Operations: the progress of queued writes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListOperations(self, request, context):
+        """A collection's operations, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitOperation(self, request, context):
+        """Waits until the operation ends (applied or failed) or the timeout passes, and answers its
+        state then (it is not an error for the operation to be still running).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -168,6 +208,21 @@ def add_LatheServicer_to_server(servicer, server):
                     servicer.UploadDocuments,
                     request_deserializer=lathe_dot_v1_dot_lathe__pb2.UpsertDocumentsRequest.FromString,
                     response_serializer=lathe_dot_v1_dot_lathe__pb2.WriteResponse.SerializeToString,
+            ),
+            'GetOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOperation,
+                    request_deserializer=lathe_dot_v1_dot_lathe__pb2.GetOperationRequest.FromString,
+                    response_serializer=lathe_dot_v1_dot_lathe__pb2.Operation.SerializeToString,
+            ),
+            'ListOperations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListOperations,
+                    request_deserializer=lathe_dot_v1_dot_lathe__pb2.ListOperationsRequest.FromString,
+                    response_serializer=lathe_dot_v1_dot_lathe__pb2.ListOperationsResponse.SerializeToString,
+            ),
+            'WaitOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitOperation,
+                    request_deserializer=lathe_dot_v1_dot_lathe__pb2.WaitOperationRequest.FromString,
+                    response_serializer=lathe_dot_v1_dot_lathe__pb2.Operation.SerializeToString,
             ),
             'Retrieve': grpc.unary_unary_rpc_method_handler(
                     servicer.Retrieve,
@@ -364,6 +419,87 @@ class Lathe:
             '/lathe.v1.Lathe/UploadDocuments',
             lathe_dot_v1_dot_lathe__pb2.UpsertDocumentsRequest.SerializeToString,
             lathe_dot_v1_dot_lathe__pb2.WriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lathe.v1.Lathe/GetOperation',
+            lathe_dot_v1_dot_lathe__pb2.GetOperationRequest.SerializeToString,
+            lathe_dot_v1_dot_lathe__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListOperations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lathe.v1.Lathe/ListOperations',
+            lathe_dot_v1_dot_lathe__pb2.ListOperationsRequest.SerializeToString,
+            lathe_dot_v1_dot_lathe__pb2.ListOperationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lathe.v1.Lathe/WaitOperation',
+            lathe_dot_v1_dot_lathe__pb2.WaitOperationRequest.SerializeToString,
+            lathe_dot_v1_dot_lathe__pb2.Operation.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,15 +1,17 @@
 //! Conversions between proto messages and domain types. Every proto message is destructured by
 //! field name, so a new proto field does not compile until someone decides what it means.
 
-use std::collections::BTreeMap;
+mod writes;
+
+pub use writes::{document_from_proto, documents_from_proto};
 
 use super::proto;
 use crate::error::{LatheError, Result};
 use crate::types::{
     normalise_query, ChunkSelection, ChunkingSpec, CollectionInfo, CollectionSettings,
-    CollectionState, CollectionStats, DenseStats, DocumentFormat, DocumentInput, ExactF32, Filter,
-    ResultOrder, RetrieveQuery, RetrieveResult, RetrievedChunk, SectionBoundary, SemanticKind,
-    SemanticRule, Strategy, Unit, WriteOutcome, DEFAULT_SECTION_TOKENS, METADATA_SEPARATOR,
+    CollectionState, CollectionStats, DenseStats, ExactF32, Filter, ResultOrder, RetrieveQuery,
+    RetrieveResult, RetrievedChunk, SemanticKind, SemanticRule, Strategy, Unit,
+    DEFAULT_SECTION_TOKENS, METADATA_SEPARATOR,
 };
 
 pub fn strategy_from_proto(value: i32, field: &str) -> Result<Option<Strategy>> {
@@ -245,97 +247,13 @@ fn stats_to_proto(stats: CollectionStats) -> proto::CollectionStats {
     }
 }
 
-pub fn document_from_proto(document: proto::Document, index: usize) -> Result<DocumentInput> {
-    let proto::Document {
-        id,
-        title,
-        text,
-        format,
-        metadata,
-        sections,
-    } = document;
-    let format = match proto::DocumentFormat::try_from(format) {
-        Ok(proto::DocumentFormat::Unspecified | proto::DocumentFormat::Plain) => DocumentFormat::Plain,
-        Ok(proto::DocumentFormat::Markdown) => DocumentFormat::Markdown,
-        Ok(proto::DocumentFormat::Html) => DocumentFormat::Html,
-        Err(_) => {
-            return Err(LatheError::invalid(
-                format!("documents[{index}].format"),
-                format!("unknown format {format}; the allowed values are 0 or 1 (plain), 2 (markdown), 3 (html)"),
-            ))
-        }
-    };
-    if let Some(key) = metadata.keys().find(|k| k.is_empty()) {
-        debug_assert!(key.is_empty());
-        return Err(LatheError::invalid(
-            format!("documents[{index}].metadata"),
-            "keys must not be empty",
-        ));
-    }
-    if let Some(key) = metadata.keys().find(|k| k.contains(METADATA_SEPARATOR)) {
-        return Err(LatheError::invalid(
-            format!("documents[{index}].metadata"),
-            separator_in_key(key),
-        ));
-    }
-    let sections = if sections.is_empty() {
-        None
-    } else {
-        Some(
-            sections
-                .into_iter()
-                .map(
-                    |proto::SectionBoundary { start, end, title }| SectionBoundary {
-                        start,
-                        end,
-                        title,
-                    },
-                )
-                .collect(),
-        )
-    };
-    Ok(DocumentInput {
-        id,
-        title,
-        text,
-        format,
-        metadata: metadata.into_iter().collect::<BTreeMap<_, _>>(),
-        sections,
-    })
-}
-
 /// A metadata pair is indexed as one term `key U+001F value`: a key holding U+001F would let
 /// `a\u{1f}b = c` and `a = b\u{1f}c` be the same term, so one document could match (or forge)
 /// another's filter.
-fn separator_in_key(key: &str) -> String {
+pub(super) fn separator_in_key(key: &str) -> String {
     format!(
         "key {key:?} contains U+001F (the metadata term separator); keys must not contain U+001F"
     )
-}
-
-pub fn documents_from_proto(documents: Vec<proto::Document>) -> Result<Vec<DocumentInput>> {
-    documents
-        .into_iter()
-        .enumerate()
-        .map(|(i, document)| document_from_proto(document, i))
-        .collect()
-}
-
-impl From<WriteOutcome> for proto::WriteResponse {
-    fn from(outcome: WriteOutcome) -> Self {
-        let WriteOutcome {
-            documents,
-            sections,
-            generation,
-            consistency_token,
-        } = outcome;
-        proto::WriteResponse {
-            documents,
-            sections,
-            generation,
-            consistency_token,
-        }
-    }
 }
 
 pub fn retrieve_query_from_proto(request: proto::RetrieveRequest) -> Result<RetrieveQuery> {

@@ -1,0 +1,79 @@
+//! The streaming upload: each message of the stream is a write of its own (its own operation
+//! and its own `write_id`); with `wait` on any message, the answer waits until all of them are
+//! visible.
+
+use tonic::{Request, Response, Status, Streaming};
+
+use super::auth::Access;
+use super::convert;
+use super::grpc::GrpcAdapter;
+use super::proto;
+use super::status::oversized_to_resource_exhausted;
+use crate::error::LatheError;
+use crate::types::{WriteOptions, WriteOutcome};
+
+impl GrpcAdapter {
+    pub(super) async fn upload(
+        &self,
+        request: Request<Streaming<proto::UpsertDocumentsRequest>>,
+    ) -> Result<Response<proto::WriteResponse>, Status> {
+        let call = self.admit("UploadDocuments", Access::Write, request.metadata())?;
+        let result = async move {
+            let mut stream = request.into_inner();
+            let mut collection_name: Option<String> = None;
+            let mut wait = false;
+            let mut total = WriteOutcome::default();
+            while let Some(message) = stream
+                .message()
+                .await
+                .map_err(oversized_to_resource_exhausted)?
+            {
+                let proto::UpsertDocumentsRequest {
+                    collection,
+                    documents,
+                    wait: wait_here,
+                    write_id,
+                } = message;
+                match &collection_name {
+                    None => collection_name = Some(collection.clone()),
+                    Some(first) if *first != collection => {
+                        return Err(LatheError::invalid(
+                            "collection",
+                            format!("every message of one upload must name the same collection: `{first}` then `{collection}`"),
+                        )
+                        .into())
+                    }
+                    Some(_) => {}
+                }
+                wait |= wait_here;
+                let documents = convert::documents_from_proto(documents)?;
+                let options = WriteOptions {
+                    wait: false,
+                    write_id,
+                    wait_until: None,
+                };
+                let outcome = self
+                    .service
+                    .upsert_documents(&collection, documents, options)
+                    .await?;
+                total.documents += outcome.documents;
+                total.sections += outcome.sections;
+                total.consistency_token = total.consistency_token.max(outcome.consistency_token);
+                total.operation_ids.extend(outcome.operation_ids);
+                total.operation = outcome.operation;
+            }
+            if let (Some(collection), true) = (collection_name, wait) {
+                total.generation = self
+                    .service
+                    .sync(&collection, total.consistency_token)
+                    .await?;
+                if let Some(last) = total.operation_ids.last() {
+                    total.operation = Some(self.service.get_operation(*last).await?);
+                }
+            }
+            Ok(Response::new(total.into()))
+        }
+        .await;
+        call.finish(result)
+    }
+}
