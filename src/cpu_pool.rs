@@ -72,6 +72,27 @@ pub fn may_fan_out() -> bool {
     })
 }
 
+/// Lowers the calling thread's scheduling priority to `nice` (Linux: per thread; threads it
+/// starts afterwards inherit it). 0 leaves it as it is. Raising it back would need privileges,
+/// so only threads that keep the lower priority for good call this.
+pub fn lower_priority(nice: i32) {
+    if nice <= 0 {
+        return;
+    }
+    // SAFETY: plain system calls on the calling thread's own id.
+    let result = unsafe {
+        let thread = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, thread, nice)
+    };
+    if result != 0 {
+        tracing::warn!(
+            nice,
+            error = %std::io::Error::last_os_error(),
+            "cannot lower a background thread's priority; it runs at the default"
+        );
+    }
+}
+
 /// `a` and `b`: side by side when [`may_fan_out`], else one after the other on this thread.
 pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
 where
@@ -130,12 +151,23 @@ impl Drop for FinishOnDrop {
 
 impl CpuPool {
     pub fn new(threads: usize) -> Result<Self> {
+        Self::named(threads, "lathe-cpu", 0)
+    }
+
+    /// A pool for background work (the index workers' embedding): its threads run at `nice`
+    /// (0..=19), so that when queries want the same cores the kernel gives them the cores first.
+    pub fn background(threads: usize, nice: i32) -> Result<Self> {
+        Self::named(threads, "lathe-bg", nice)
+    }
+
+    fn named(threads: usize, name: &'static str, nice: i32) -> Result<Self> {
         let jobs = Arc::new(Jobs::default());
         let pool_jobs = Arc::clone(&jobs);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.max(1))
-            .thread_name(|i| format!("lathe-cpu-{i}"))
+            .thread_name(move |i| format!("{name}-{i}"))
             .start_handler(move |_| {
+                lower_priority(nice);
                 POOL_JOBS.with(|jobs| *jobs.borrow_mut() = Some(Arc::clone(&pool_jobs)))
             })
             .build()

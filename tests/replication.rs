@@ -267,6 +267,79 @@ const QUERIES: [&str; 6] = [
     "lathe chuck",
 ];
 
+/// Retries are safe on replicas too: a write sent three times with one `write_id`, to two
+/// replicas, is stored once in the log (JetStream's `Nats-Msg-Id` deduplication), split versions
+/// included; every answer carries the first one's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_write_id_sent_three_times_to_two_replicas_is_stored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // A small max_payload, so that the large document travels in parts.
+    let nats = Nats::start(dir.path(), Some(64 << 10));
+    let mut a = Replica::start_ready(&dir.path().join("a"), &nats).await;
+    let mut b = Replica::start_ready(&dir.path().join("b"), &nats).await;
+    create(&mut a.client, "docs").await;
+    let request = proto::UpsertDocumentsRequest {
+        collection: "docs".into(),
+        documents: documents(0..3, 40),
+        wait: false,
+        write_id: "import-7".into(),
+    };
+    let mut tokens = Vec::new();
+    for mut client in [a.client.clone(), b.client.clone(), a.client.clone()] {
+        let reply = client
+            .upsert_documents(request.clone())
+            .await
+            .expect("upsert")
+            .into_inner();
+        tokens.push(reply.consistency_token);
+    }
+    assert_eq!(tokens, [tokens[0]; 3], "one write in the log");
+    // Nothing was stored by the repeats: the next entry comes right after the first write's.
+    let next = write(&mut b.client, "docs", documents(10..11, 40)).await;
+    assert_eq!(next, tokens[0] + 1, "the repeats stored nothing");
+    // A version split into parts: the repeat's own parts are removed, the first's stand.
+    let mut big = documents(100..101, 30_000);
+    big[0].id = "big".into();
+    let big_request = proto::UpsertDocumentsRequest {
+        collection: "docs".into(),
+        documents: big,
+        wait: false,
+        write_id: "big-1".into(),
+    };
+    let mut big_tokens = Vec::new();
+    for client in [&mut a.client, &mut b.client] {
+        let reply = client.upsert_documents(big_request.clone()).await.unwrap();
+        big_tokens.push(reply.into_inner().consistency_token);
+    }
+    assert_eq!(big_tokens[0], big_tokens[1]);
+    let deleted = |client: &mut LatheClient<Channel>| {
+        let mut client = client.clone();
+        async move {
+            client
+                .delete_documents(proto::DeleteDocumentsRequest {
+                    collection: "docs".into(),
+                    ids: vec!["doc1".into()],
+                    wait: false,
+                    write_id: "cleanup-1".into(),
+                })
+                .await
+                .expect("delete")
+                .into_inner()
+                .consistency_token
+        }
+    };
+    let first_delete = deleted(&mut a.client).await;
+    assert_eq!(deleted(&mut b.client).await, first_delete);
+    for replica in [&mut a, &mut b] {
+        let ids = ["doc0", "doc1", "doc2", "doc10", "big"].map(String::from);
+        let found: Vec<String> = present(&mut replica.client, "docs", &ids, first_delete)
+            .await
+            .into_iter()
+            .collect();
+        assert_eq!(found, ["big", "doc0", "doc10", "doc2"]);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_go_to_any_replica_and_every_replica_answers_them_alike() {
     let dir = tempfile::tempdir().unwrap();
@@ -635,7 +708,9 @@ async fn a_single_node_token_is_the_write_queue_position_and_no_log() {
                 .await
                 .unwrap()
                 .into_inner();
-            let operation = reply.operation.expect("a single node's write has an operation");
+            let operation = reply
+                .operation
+                .expect("a single node's write has an operation");
             assert!(reply.consistency_token > 0);
             assert_eq!(reply.consistency_token, operation.id);
             let answer = common::retrieve(

@@ -19,6 +19,10 @@ pub struct IngestConfig {
     /// An index worker embeds and applies an upsert in parts of about this many bytes of text:
     /// smaller parts show progress sooner and let queries in between.
     pub apply_batch_bytes: u64,
+    /// Niceness (0..=19) of the index workers' threads, the index writers' threads (and the
+    /// tantivy threads they start) and the model session writes embed with: above 0, queries
+    /// get the cores first while a write is embedded (reads first); 0 shares the cores evenly.
+    pub worker_nice: i32,
 }
 
 impl Default for IngestConfig {
@@ -29,6 +33,7 @@ impl Default for IngestConfig {
             dedupe_window_s: 24 * 3600,
             operations_retention_s: 24 * 3600,
             apply_batch_bytes: 64 << 10,
+            worker_nice: 10,
         }
     }
 }

@@ -45,6 +45,10 @@ impl Config {
         check(
             (1024..=64 << 20).contains(&ingest.apply_batch_bytes),
             "ingest.apply_batch_bytes must be in 1024..=67108864",
+        )?;
+        check(
+            (0..=19).contains(&ingest.worker_nice),
+            "ingest.worker_nice must be in 0..=19",
         )
     }
 

@@ -62,12 +62,20 @@ pub struct Replication {
     stream: OnceCell<jetstream::stream::Stream>,
     state: Arc<ReplicaState>,
     data_dir: PathBuf,
+    dedupe_window: Duration,
 }
 
 impl Replication {
     /// Connects to NATS (in the background: the server starts and serves reads while NATS is
     /// unreachable, and writes answer UNAVAILABLE naming the URL until it is reached).
-    pub async fn connect(config: &ReplicationConfig, data_dir: &Path) -> Result<Arc<Self>> {
+    /// `dedupe_window` is how long JetStream remembers a write's message ids (the stream's
+    /// `duplicate_window`, set when this replica creates the stream): a write sent again with
+    /// its `write_id` within it is stored once.
+    pub async fn connect(
+        config: &ReplicationConfig,
+        data_dir: &Path,
+        dedupe_window: Duration,
+    ) -> Result<Arc<Self>> {
         let url = config.nats_url.trim().to_string();
         let servers: Vec<async_nats::ServerAddr> = url
             .split(',')
@@ -108,6 +116,7 @@ impl Replication {
             stream: OnceCell::new(),
             state,
             data_dir: data_dir.to_path_buf(),
+            dedupe_window,
         }))
     }
 
@@ -137,6 +146,7 @@ impl Replication {
                     storage: jetstream::stream::StorageType::File,
                     num_replicas: self.config.stream_replicas,
                     allow_direct: true,
+                    duplicate_window: self.dedupe_window,
                     ..Default::default()
                 };
                 let stream = self
@@ -144,7 +154,16 @@ impl Replication {
                     .get_or_create_stream(wanted.clone())
                     .await
                     .map_err(|e| log_unavailable(self.url(), e))?;
-                check_stream(&stream.cached_info().config, &wanted)?;
+                let found = &stream.cached_info().config;
+                check_stream(found, &wanted)?;
+                if found.duplicate_window < wanted.duplicate_window {
+                    tracing::warn!(
+                        stream = found.name,
+                        duplicate_window_s = found.duplicate_window.as_secs(),
+                        dedupe_window_s = wanted.duplicate_window.as_secs(),
+                        "the stream remembers write ids for less than ingest.dedupe_window_s (it was made before); a write sent again after its window is stored again"
+                    );
+                }
                 Ok(stream)
             })
             .await

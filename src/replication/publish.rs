@@ -33,20 +33,20 @@ impl Replication {
         &self,
         collection: &str,
         documents: Vec<EncodedDocument>,
+        write_id: &str,
     ) -> Result<u64> {
         let stream = self.stream().await?;
         let max = self.max_message_bytes();
         let ids: Vec<String> = documents.iter().map(|d| d.doc_id.clone()).collect();
         let publications = documents.into_iter().map(|document| async move {
             let subject = self.subjects.document(collection, &document.doc_id);
+            let id = message_id(collection, write_id, "upsert", &document.doc_id);
             if document.bytes.len() <= max {
-                self.publish_one(
-                    subject,
-                    PublishMessage::build().payload(document.bytes.into()),
-                )
-                .await
+                let message = PublishMessage::build().payload(document.bytes.into());
+                self.publish_one(subject, with_id(message, id)).await
             } else {
-                self.publish_split(stream, collection, document, max).await
+                self.publish_split(stream, collection, document, max, id)
+                    .await
             }
         });
         let outcomes = join_all(publications).await;
@@ -54,7 +54,12 @@ impl Replication {
     }
 
     /// Publishes a tombstone per document and purges their parts; returns the last position.
-    pub async fn publish_deletes(&self, collection: &str, ids: &[String]) -> Result<u64> {
+    pub async fn publish_deletes(
+        &self,
+        collection: &str,
+        ids: &[String],
+        write_id: &str,
+    ) -> Result<u64> {
         let stream = self.stream().await?;
         let publications = ids.iter().map(|doc_id| async move {
             let entry = codec::encode(Entry::Delete {
@@ -62,9 +67,9 @@ impl Replication {
                 doc_id: doc_id.clone(),
             });
             let subject = self.subjects.document(collection, doc_id);
-            let position = self
-                .publish_one(subject, PublishMessage::build().payload(entry.into()))
-                .await?;
+            let message = PublishMessage::build().payload(entry.into());
+            let id = message_id(collection, write_id, "delete", doc_id);
+            let position = self.publish_one(subject, with_id(message, id)).await?;
             let parts = self.subjects.parts_of_document(collection, doc_id);
             purge_before(stream, self.url(), parts, position).await?;
             Ok(position)
@@ -92,7 +97,7 @@ impl Replication {
         match self.send(subject, message).await {
             Err(PublishFailure::Raced) => Err(LatheError::CollectionExists { name }),
             Err(PublishFailure::Other(error)) => Err(error),
-            Ok(position) => Ok(position),
+            Ok((position, _)) => Ok(position),
         }
     }
 
@@ -157,6 +162,7 @@ impl Replication {
     async fn publish_one(&self, subject: String, message: PublishMessage) -> Result<u64> {
         self.send(subject, message)
             .await
+            .map(|(sequence, _duplicate)| sequence)
             .map_err(|failure| match failure {
                 PublishFailure::Raced => {
                     LatheError::internal("an unconditional publish was refused")
@@ -169,11 +175,13 @@ impl Replication {
         &self,
         subject: String,
         message: PublishMessage,
-    ) -> std::result::Result<u64, PublishFailure> {
+    ) -> std::result::Result<(u64, bool), PublishFailure> {
         self.check_connected().map_err(PublishFailure::Other)?;
         let acknowledged = async { self.jetstream.send_publish(subject, message).await?.await };
         match acknowledged.await {
-            Ok(ack) => Ok(ack.sequence),
+            // A duplicate (its message id seen within the stream's window) answers the first
+            // publication's sequence and stores nothing.
+            Ok(ack) => Ok((ack.sequence, ack.duplicate)),
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Err(PublishFailure::Raced),
             Err(e) => Err(PublishFailure::Other(log_unavailable(self.url(), e))),
         }
@@ -187,6 +195,7 @@ impl Replication {
         collection: &str,
         document: EncodedDocument,
         max: usize,
+        id: Option<String>,
     ) -> Result<u64> {
         let hash = *blake3::hash(&document.bytes).as_bytes();
         let doc_subject = self.subjects.document(collection, &document.doc_id);
@@ -216,8 +225,18 @@ impl Replication {
             let message = PublishMessage::build()
                 .payload(head.into())
                 .expected_last_subject_sequence(last);
-            match self.send(doc_subject.clone(), message).await {
-                Ok(position) => {
+            match self
+                .send(doc_subject.clone(), with_id(message, id.clone()))
+                .await
+            {
+                Ok((position, true)) => {
+                    // The same write was published before: its parts stand, these go.
+                    for sequence in sequences {
+                        let _ = stream.delete_message(sequence).await;
+                    }
+                    return Ok(position);
+                }
+                Ok((position, false)) => {
                     let parts = self
                         .subjects
                         .parts_of_document(collection, &document.doc_id);
@@ -237,6 +256,32 @@ impl Replication {
             "document `{}` was written by others {SPLIT_ATTEMPTS} times while this version was being published; resend it",
             document.doc_id
         )))
+    }
+}
+
+/// The `Nats-Msg-Id` of one document of a write with `write_id` (none without one): a hash, so
+/// that what the caller chose never reaches a header. JetStream stores a message id seen within
+/// the stream's `duplicate_window` once, and answers a repeat with the first one's sequence.
+fn message_id(collection: &str, write_id: &str, kind: &str, doc_id: &str) -> Option<String> {
+    if write_id.is_empty() {
+        return None;
+    }
+    let hash = crate::content_hash::content_hash([
+        collection.as_bytes(),
+        b"\0",
+        write_id.as_bytes(),
+        b"\0",
+        kind.as_bytes(),
+        b"\0",
+        doc_id.as_bytes(),
+    ]);
+    Some(format!("lathe-{hash:016x}"))
+}
+
+fn with_id(message: PublishMessage, id: Option<String>) -> PublishMessage {
+    match id {
+        Some(id) => message.message_id(id),
+        None => message,
     }
 }
 

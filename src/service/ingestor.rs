@@ -40,7 +40,11 @@ pub(super) struct Ingestor {
     /// Writes whose embed stage may run at once (see `ingest_inference_slots`).
     pub inference: tokio::sync::Semaphore,
     pub catalog: Arc<Catalog<CollectionRuntime>>,
+    /// The queries' pool: a write's sectioning on the accept path, so it is acknowledged fast.
     pub pool: CpuPool,
+    /// The background pool (`ingest.worker_nice`): sentences, embedding and records of
+    /// writes, below the queries' priority.
+    pub background: CpuPool,
     pub metrics: Arc<Metrics>,
     /// The write queue (a single node; `None` with replication).
     pub queue: Option<Arc<WriteQueue>>,
@@ -72,7 +76,7 @@ impl Ingestor {
         embedder: Option<Arc<dyn Embedder>>,
         inference_slots: usize,
         catalog: Arc<Catalog<CollectionRuntime>>,
-        pool: CpuPool,
+        pools: (CpuPool, CpuPool),
         metrics: Arc<Metrics>,
         queue: Option<Arc<WriteQueue>>,
     ) -> Self {
@@ -81,7 +85,8 @@ impl Ingestor {
             embedder,
             inference: tokio::sync::Semaphore::new(inference_slots),
             catalog,
-            pool,
+            pool: pools.0,
+            background: pools.1,
             metrics,
             queue,
             workers: Mutex::new(HashSet::new()),
@@ -140,7 +145,7 @@ impl Ingestor {
             ),
             None => None,
         };
-        self.pool
+        self.background
             .run(move || {
                 let mut documents: Vec<SentencedDocument> =
                     documents.into_iter().map(sentences::sentences).collect();

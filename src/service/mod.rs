@@ -100,6 +100,7 @@ impl Engine {
             idle_close: Duration::from_millis(storage.writer_idle_ms),
             threads: storage.writer_threads,
             max_open_writers: storage.max_open_writers,
+            nice: config.ingest.worker_nice,
         };
         let catalog = Catalog::open(
             lock,
@@ -139,7 +140,10 @@ impl Engine {
             embedder.clone(),
             ingest_inference_slots(&config),
             Arc::clone(&catalog),
-            pool.clone(),
+            (
+                pool.clone(),
+                CpuPool::background(config.cpu_threads(), config.ingest.worker_nice)?,
+            ),
             Arc::clone(&metrics),
             queue,
         ));
@@ -170,7 +174,12 @@ impl Engine {
         if !config.enabled() {
             return Ok(());
         }
-        let replication = Replication::connect(config, &self.config.storage.data_dir).await?;
+        let replication = Replication::connect(
+            config,
+            &self.config.storage.data_dir,
+            Duration::from_secs(self.config.ingest.dedupe_window_s),
+        )
+        .await?;
         let applier = replica::ReplicaApplier {
             catalog: Arc::clone(&self.catalog),
             models_dir: self.config.models.dir.clone(),
@@ -236,9 +245,10 @@ impl Engine {
     /// so that the process never exits under a running ONNX Runtime kernel (see `cpu_pool`).
     pub fn shutdown(&self) {
         self.pool.stop();
+        self.ingestor.background.stop();
         self.catalog.shutdown();
         let limit = Duration::from_secs(30);
-        if !self.pool.wait_idle(limit) {
+        if !(self.pool.wait_idle(limit) && self.ingestor.background.wait_idle(limit)) {
             tracing::warn!(
                 limit_s = limit.as_secs(),
                 "CPU work still running at exit (a model run that does not end?)"
@@ -286,6 +296,8 @@ fn open_embedder(config: &Config) -> Result<Option<Arc<dyn Embedder>>> {
             minilm.max_batch_tokens = config.models.inference_batch_tokens;
             // A second session, so that query embeddings do not queue behind ingest batches.
             minilm.session_count = 2;
+            // The session ingest takes first runs below the queries' priority.
+            minilm.ingest_session_nice = config.ingest.worker_nice;
             // Under the data dir's lock: no other server writes here, and what a crash left
             // behind is emptied at the next open.
             minilm.optimized_model_dir = Some(config.storage.data_dir.join(OPTIMIZED_MODEL_DIR));

@@ -52,7 +52,7 @@ impl Engine {
             sections: records.iter().map(|r| r.sections.len() as u32).sum(),
             ..WriteOutcome::default()
         };
-        self.publish_upserts(&collection, records, options.wait, outcome)
+        self.publish_upserts(&collection, records, &options, outcome)
             .await
     }
 
@@ -76,7 +76,9 @@ impl Engine {
         check_write_id(&options.write_id)?;
         let documents = ids.len() as u32;
         if let Some(replication) = self.replication() {
-            let token = replication.publish_deletes(&collection.name, &ids).await?;
+            let token = replication
+                .publish_deletes(&collection.name, &ids, &options.write_id)
+                .await?;
             let outcome = WriteOutcome {
                 documents,
                 ..WriteOutcome::default()
@@ -227,13 +229,14 @@ impl Engine {
         }
     }
 
-    /// On a replica: the records go to the log (encoded on the pool); with `wait`, the answer
-    /// waits until this replica has applied them.
+    /// On a replica: the records go to the log (encoded on the pool), each document with a
+    /// message id from the write's `write_id` (JetStream stores a repeat once); with `wait`, the
+    /// answer waits until this replica has applied them.
     async fn publish_upserts(
         &self,
         collection: &super::Collection,
         records: Vec<crate::index::DocumentRecord>,
-        wait: bool,
+        options: &WriteOptions,
         outcome: WriteOutcome,
     ) -> Result<WriteOutcome> {
         let Some(replication) = self.replication() else {
@@ -258,9 +261,10 @@ impl Engine {
             })
             .await?;
         let token = replication
-            .publish_documents(&collection.name, encoded)
+            .publish_documents(&collection.name, encoded, &options.write_id)
             .await?;
-        self.after_publish(collection, token, wait, outcome).await
+        self.after_publish(collection, token, options.wait, outcome)
+            .await
     }
 
     /// The outcome of a write the log stored at `token`: with `wait`, once this replica applied

@@ -42,6 +42,9 @@ pub struct MiniLmConfig {
     pub memory_arena: bool,
     /// Sessions kept, so that this many calls can run inference at once.
     pub session_count: usize,
+    /// With more than one session: the niceness (0..=19) of the threads of the first session,
+    /// the one ingest takes first, so that queries get the cores first (0: the default).
+    pub ingest_session_nice: i32,
     /// Most sequences in one model run.
     pub max_batch_sequences: usize,
     /// Most padded tokens (sequences × longest) in one model run; bounds activation memory.
@@ -70,6 +73,7 @@ impl MiniLmConfig {
             intra_op_threads: 2,
             memory_arena: false,
             session_count: 1,
+            ingest_session_nice: 0,
             max_batch_sequences: 32,
             max_batch_tokens: 8192,
             max_sequence_tokens: MINILM_MAX_SEQUENCE_TOKENS,

@@ -100,10 +100,15 @@ pub(super) fn open_sessions(
             })
             .ok()
     });
+    let count = config.session_count.max(1);
     let open_sessions = |model_path: &Path| {
-        (0..config.session_count.max(1))
-            .map(|_| {
-                open_session(environment, config, model_path)
+        (0..count)
+            .map(|index| {
+                let nice = match (index, count) {
+                    (0, 2..) => config.ingest_session_nice,
+                    _ => 0,
+                };
+                open_session_at(environment, config, model_path, nice)
                     .map(Mutex::new)
                     .map_err(|error| model_error(config, &error))
             })
@@ -140,6 +145,28 @@ pub(super) fn shrink_arena_options(
 }
 
 /// One inference session on `model_path`, as `config` sets it up.
+/// [`open_session`], on a thread of its own at `nice` when above 0: ONNX Runtime starts the
+/// session's intra-op threads as it opens, and they inherit their creator's priority.
+fn open_session_at(
+    environment: &Environment,
+    config: &MiniLmConfig,
+    model_path: &Path,
+    nice: i32,
+) -> ort::Result<Session> {
+    if nice <= 0 {
+        return open_session(environment, config, model_path);
+    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                crate::cpu_pool::lower_priority(nice);
+                open_session(environment, config, model_path)
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
 fn open_session(
     environment: &Environment,
     config: &MiniLmConfig,

@@ -79,10 +79,11 @@ impl<T> Catalog<T> {
         let root = data_dir.join(COLLECTIONS_DIR);
         std::fs::create_dir_all(&root)
             .map_err(|e| LatheError::io(format!("creating {}", root.display()), e))?;
-        let writer_pool = CollectionWriterPool::new(
+        let writer_pool = CollectionWriterPool::niced(
             writer_settings.threads,
             writer_settings.max_open_writers,
             "lathe-writer",
+            writer_settings.nice,
         )
         .map_err(|e| LatheError::io("spawning the index writer threads", e))?;
         let listing = std::fs::read_dir(&root)
@@ -439,6 +440,7 @@ mod tests {
             idle_close: std::time::Duration::from_secs(60),
             threads: 1,
             max_open_writers: 2,
+            nice: 0,
         };
         Catalog::open(lock, data_dir, writer_settings, None, attach).unwrap()
     }

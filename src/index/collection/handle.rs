@@ -75,6 +75,7 @@ impl CollectionIndex {
             idle_close: Duration::from_secs(60),
             threads: 1,
             max_open_writers: 1,
+            nice: 0,
         };
         let pool = WriterPool::new(1, 1, "lathe-writer")
             .map_err(|e| LatheError::io("spawning the index writer thread", e))?;

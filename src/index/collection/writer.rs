@@ -57,6 +57,8 @@ pub struct WriterSettings {
     pub threads: usize,
     /// Index writers open at once; past that, the least recently used idle one is closed.
     pub max_open_writers: usize,
+    /// Niceness of the writer threads (and the tantivy threads they start): 0..=19.
+    pub nice: i32,
 }
 
 /// The shared writer workers (one per catalog).

@@ -114,6 +114,17 @@ impl<J: WriterJob> WriterPool<J> {
     /// Starts `threads` workers (at least one) sharing at most `max_open_writers` permits (at
     /// least one).
     pub fn new(threads: usize, max_open_writers: usize, name: &str) -> std::io::Result<Self> {
+        Self::niced(threads, max_open_writers, name, 0)
+    }
+
+    /// [`WriterPool::new`], its threads (and the index writers' threads they start, which
+    /// inherit it) at `nice` (0..=19; 0: the default), so that queries get the cores first.
+    pub fn niced(
+        threads: usize,
+        max_open_writers: usize,
+        name: &str,
+        nice: i32,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 slots: HashMap::new(),
@@ -136,7 +147,10 @@ impl<J: WriterJob> WriterPool<J> {
             let shared = Arc::clone(&pool.shared);
             let handle = std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
-                .spawn(move || work(&shared))?;
+                .spawn(move || {
+                    crate::cpu_pool::lower_priority(nice);
+                    work(&shared)
+                })?;
             pool.workers.push(handle);
         }
         Ok(pool)

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The write path's figures in BENCHMARKS.md ("Writes"), on release binaries, MiniLM, covid-a:
+#
+#   scripts/bench-writes.sh python      the Python client's upsert of all 49 papers with default
+#                                       settings: time to the answer, to applied, all retrievable
+#   OLD=BINARY scripts/bench-writes.sh ingest
+#                                       `lathe ingest` of covid-a, two rounds alternating OLD and
+#                                       BIN on fresh servers
+#   scripts/bench-writes.sh isolation   4 lathe-load readers of cache misses for 60 s, idle, then
+#                                       during a `lathe ingest` of covid-a into another collection;
+#                                       and that ingest's time against the same ingest alone
+#
+# BIN (default target/release/lathe) is the binary measured; LATHE_* variables reach its server
+# (e.g. LATHE_INGEST__WORKER_NICE=0). Scratch files go to $WORK (default /tmp/bench-writes).
+# `python` needs clients/python/.venv (clients/python/run-tests.sh makes it).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-target/release/lathe}; OLD=${OLD:-}; LOAD=target/release/lathe-load
+COVID=../shared/eval/covid-a
+WORK=${WORK:-/tmp/bench-writes}
+out=$WORK/out; mkdir -p $out
+serve() { # bin port dir: a fresh data dir
+  rm -rf "$3"; mkdir -p "$3"
+  start "$@"
+}
+start() { # bin port dir: the data dir as it is
+  "$1" serve --listen 127.0.0.1:$2 --data-dir "$3" --models-dir models --log-format json 2>"$3.log" &
+  echo $! > "$3.pid"
+  for i in $(seq 1 120); do grep -q "lathe serving" "$3.log" && return 0; sleep 0.5; done
+  echo "no serve"; return 1
+}
+stop() { kill -TERM $(cat "$1.pid"); wait $(cat "$1.pid") 2>/dev/null; }
+ingest() { # bin port collection -> seconds
+  local t0=$(date +%s.%N)
+  "$1" ingest --addr 127.0.0.1:$2 --collection "$3" $COVID/docs.jsonl >/dev/null 2>>$out/ingest-$3.err
+  echo "$(date +%s.%N) - $t0" | bc
+}
+case "${1:-all}" in
+ingest)
+  for round in 1 2; do
+    if [ -n "$OLD" ]; then serve $OLD 50081 $WORK/old; echo "old ingest $round: $(ingest $OLD 50081 c) s"; stop $WORK/old; fi
+    serve $BIN 50082 $WORK/new; echo "new ingest $round: $(ingest $BIN 50082 c) s"; stop $WORK/new
+  done;;
+python)
+  serve $BIN 50083 $WORK/py
+  clients/python/.venv/bin/python scripts/bench-upsert.py 127.0.0.1:50083 $COVID/docs.jsonl
+  stop $WORK/py;;
+isolation)
+  serve $BIN 50084 $WORK/iso
+  ingest $BIN 50084 base >/dev/null
+  t_alone=$(ingest $BIN 50084 alone)
+  $LOAD $COVID --addr 127.0.0.1:50084 --collection base --clients 4 --mode miss --seconds 60 > $out/idle.txt 2>&1
+  # A fresh process, so that the second run's requests (the same sequence) meet an empty cache.
+  stop $WORK/iso; start $BIN 50084 $WORK/iso
+  ( ingest $BIN 50084 during > $out/during-ingest.txt ) &
+  ing=$!
+  sleep 2
+  $LOAD $COVID --addr 127.0.0.1:50084 --collection base --clients 4 --mode miss --seconds 60 > $out/during.txt 2>&1
+  wait $ing
+  echo "ingest alone: $t_alone s; ingest during reads: $(cat $out/during-ingest.txt) s"
+  echo "--- idle"; cat $out/idle.txt; echo "--- during"; cat $out/during.txt
+  stop $WORK/iso;;
+esac
