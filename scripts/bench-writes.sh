@@ -49,15 +49,22 @@ isolation)
   serve $BIN 50084 $WORK/iso
   ingest $BIN 50084 base >/dev/null
   t_alone=$(ingest $BIN 50084 alone)
+  total=$($BIN ops --addr 127.0.0.1:50084 -c alone --limit 1000 | awk '{ split($6, mb, "/"); all += mb[2] } END { printf "%.3f", all }')
   $LOAD $COVID --addr 127.0.0.1:50084 --collection base --clients 4 --mode miss --seconds 60 > $out/idle.txt 2>&1
   # A fresh process, so that the second run's requests (the same sequence) meet an empty cache.
   stop $WORK/iso; start $BIN 50084 $WORK/iso
   ( ingest $BIN 50084 during > $out/during-ingest.txt ) &
   ing=$!
   sleep 2
+  t_readers=$(date +%s.%N)
   $LOAD $COVID --addr 127.0.0.1:50084 --collection base --clients 4 --mode miss --seconds 60 > $out/during.txt 2>&1
+  # The ingest outlasts the readers: what it applied while they ran is its rate "during".
+  overlap=$(echo "$(date +%s.%N) - $t_readers + 2" | bc)
+  $BIN ops --addr 127.0.0.1:50084 -c during --limit 1000 > $out/during-ops.txt
+  applied=$(awk '{ split($6, mb, "/"); done += mb[1] } END { printf "%.3f", done }' $out/during-ops.txt)
   wait $ing
-  echo "ingest alone: $t_alone s; ingest during reads: $(cat $out/during-ingest.txt) s"
+  echo "ingest alone: $t_alone s for $total MB; ingest during reads: $(cat $out/during-ingest.txt) s in all," \
+    "$applied MB applied in the first $overlap s (while the readers ran): $(echo "scale=3; ($applied / $overlap) / ($total / $t_alone)" | bc)x the rate alone"
   echo "--- idle"; cat $out/idle.txt; echo "--- during"; cat $out/during.txt
   stop $WORK/iso;;
 esac
