@@ -74,7 +74,7 @@ impl DenseIndex {
             .into_iter()
             .filter(|segment| ids.contains(&segment.id))
             .collect();
-        if chosen.is_empty() {
+        if chosen.is_empty() || self.files_are_closed() {
             return Ok(());
         }
         let (sources, vectors) = read_live_vectors(&chosen);
@@ -97,9 +97,9 @@ impl DenseIndex {
             }
         });
         drop(writer);
-        if let Some(dir) = &self.dir {
+        if let Some(files) = self.files() {
             for entry in &removed_entries {
-                persist::remove_segment_files(dir, entry);
+                persist::remove_segment_files(files.dir, entry);
             }
         }
         self.counters.merges.fetch_add(1, Ordering::Relaxed);
@@ -139,11 +139,11 @@ impl DenseIndex {
     /// Dumps a non-empty merged segment into the index's folder; None in memory, when it is
     /// empty or when writing fails (logged and counted: it stays in memory).
     fn dump_merged_segment(&self, merged: &Segment) -> Option<SegmentEntry> {
-        let dir = self.dir.as_ref()?;
+        let files = self.files()?;
         if merged.reserved() == 0 {
             return None;
         }
-        match persist::dump_segment(dir, merged) {
+        match persist::dump_segment(files.dir, merged) {
             Ok(entry) => Some(entry),
             Err(error) => {
                 tracing::error!(%error, "writing a merged dense segment failed; it stays in memory");
@@ -179,9 +179,10 @@ impl DenseIndex {
         merged: &Segment,
         entry: Option<SegmentEntry>,
     ) -> Vec<SegmentEntry> {
-        let Some(dir) = &self.dir else {
+        let Some(files) = self.files() else {
             return Vec::new();
         };
+        let dir = files.dir;
         let mut manifest = writer.manifest.clone();
         let mut removed_entries: Vec<SegmentEntry> = manifest
             .segments
@@ -288,6 +289,45 @@ mod tests {
             ids_of(&reopened.search(&vectors[1], 10, &|_| true).expect("ok")),
             before
         );
+    }
+
+    /// A delete renames the collection's folder away once the files are closed: a seal or a
+    /// merge after that works in memory and never writes (or recreates the folder), while the
+    /// index still answers.
+    #[test]
+    fn once_its_files_are_closed_seals_and_merges_write_nothing() {
+        let vectors = random_vectors(400, 16, 9);
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("dense");
+        let index = persisted_index(&dir, &vectors[..300], 100);
+        for id in (0..200u64).filter(|id| id % 2 == 0) {
+            index.delete(id);
+        }
+        let chosen = index.segments_to_merge().expect("dead segments to merge");
+        index.close_files();
+        std::fs::rename(&dir, root.path().join("gone")).expect("rename");
+        index
+            .insert_many((300..400u64).map(|id| (id, vectors[id as usize].as_slice())))
+            .expect("inserts");
+        index.seal();
+        assert!(index.try_start_merge());
+        index
+            .merge_segments(&chosen)
+            .expect("a closed merge is no error");
+        assert!(!dir.exists(), "the folder was recreated");
+        assert_eq!(index.counters().merges, 0);
+        assert_eq!(index.len(), 300);
+        assert_eq!(
+            ids_of(&index.search(&vectors[399], 1, &|_| true).expect("ok")),
+            vec![399]
+        );
+
+        // A refused delete reopens them: the next seal is written again.
+        std::fs::rename(root.path().join("gone"), &dir).expect("rename back");
+        index.reopen_files();
+        index.seal();
+        let manifest = persist::read_manifest(&dir).expect("reads").expect("there");
+        assert!(manifest.segments.iter().any(|s| s.id >= 3), "{manifest:?}");
     }
 
     #[test]

@@ -191,7 +191,16 @@ pub struct DenseIndex {
     live_keys: AtomicUsize,
     /// True while a merge runs (at most one at a time).
     merging: AtomicBool,
+    /// True once [`Self::close_files`] ran: no file of the index is written or removed again.
+    /// Held shared while a seal or merge changes files, so that closing waits for them.
+    files_closed: RwLock<bool>,
     counters: AtomicCounters,
+}
+
+/// The folder of a [`DenseIndex`], held open against [`DenseIndex::close_files`] while it lives.
+struct Files<'a> {
+    dir: &'a Path,
+    _open: std::sync::RwLockReadGuard<'a, bool>,
 }
 
 impl std::fmt::Debug for DenseIndex {
@@ -245,6 +254,7 @@ impl DenseIndex {
             writer: Mutex::new(writer),
             live_keys,
             merging: AtomicBool::new(false),
+            files_closed: RwLock::new(false),
             counters: AtomicCounters::default(),
         }
     }

@@ -76,7 +76,58 @@ pub fn read_manifest(dir: &Path) -> Result<Option<Manifest>, DenseError> {
             ),
         ));
     }
+    for entry in &manifest.segments {
+        check_names(entry).map_err(|reason| DenseError::corrupt(&path, reason))?;
+    }
     Ok(Some(manifest))
+}
+
+/// The folder is a jail: a manifest entry may name only the files a seal or merge of its
+/// segment writes (see [`segment_file_id`]), never a path, so that verifying or removing them
+/// cannot touch any other file.
+fn check_names(entry: &SegmentEntry) -> Result<(), String> {
+    let id = entry.id;
+    if segment_file_id(&format!("{}.hnsw.graph", entry.basename)) != Some(id) {
+        return Err(format!(
+            "segment {id}'s basename `{}` is not one of its own",
+            entry.basename
+        ));
+    }
+    let mut wanted = [
+        format!("{}.hnsw.graph", entry.basename),
+        format!("{}.hnsw.data", entry.basename),
+        format!("{SEGMENT_PREFIX}{id}.keys"),
+    ];
+    let mut named: Vec<&str> = entry.file_names().collect();
+    wanted.sort();
+    named.sort_unstable();
+    if named != wanted {
+        return Err(format!(
+            "segment {id} lists the files {named:?}; only {wanted:?} may be listed"
+        ));
+    }
+    Ok(())
+}
+
+/// The segment id of a file a seal or merge writes, `None` for any other name: `seg-<id>.keys`,
+/// and hnsw_rs's `<basename>.hnsw.graph` / `<basename>.hnsw.data`, whose basename is
+/// `seg-<id>`, or `seg-<id>-<n>` when hnsw_rs made it unique beside a mapped dump.
+pub fn segment_file_id(name: &str) -> Option<u64> {
+    fn number(digits: &str) -> Option<u64> {
+        let plain = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+        plain.then(|| digits.parse().ok()).flatten()
+    }
+    let rest = name.strip_prefix(SEGMENT_PREFIX)?;
+    if let Some(id) = rest.strip_suffix(".keys") {
+        return number(id);
+    }
+    let basename = rest
+        .strip_suffix(".hnsw.graph")
+        .or_else(|| rest.strip_suffix(".hnsw.data"))?;
+    match basename.split_once('-') {
+        Some((id, unique)) => number(unique).and_then(|_| number(id)),
+        None => number(basename),
+    }
 }
 
 /// Replaces the manifest in `dir` atomically and durably.
@@ -102,7 +153,13 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// Writes `segment` (all its handed-out slots) to `dir` and returns its manifest entry; the
 /// files are synced, not yet listed.
 pub fn dump_segment(dir: &Path, segment: &Segment) -> Result<SegmentEntry, DenseError> {
-    std::fs::create_dir_all(dir).map_err(|error| DenseError::io(dir, error))?;
+    // Not `create_dir_all`: a collection folder that is gone (deleted) must stay gone.
+    match std::fs::create_dir(dir) {
+        Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(DenseError::io(dir, error))
+        }
+        _ => {}
+    }
     let wanted = format!("{SEGMENT_PREFIX}{}", segment.id);
     // hnsw_rs panics (rather than failing) when it cannot create its files.
     let dumped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -198,7 +255,8 @@ pub fn load_segment_unverified(
     Ok(segment)
 }
 
-/// Removes the files of segments the manifest does not list (and a stray temporary manifest).
+/// Removes the files of segments the manifest does not list (and a stray temporary manifest),
+/// each logged; a file of any other name is left where it is, with a warning.
 pub fn remove_unlisted(dir: &Path, manifest: &Manifest) {
     let Ok(listing) = std::fs::read_dir(dir) else {
         return;
@@ -210,10 +268,15 @@ pub fn remove_unlisted(dir: &Path, manifest: &Manifest) {
         .collect();
     for entry in listing.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let stray = (name.starts_with(SEGMENT_PREFIX) && !listed.contains(name.as_str()))
-            || name == format!("{MANIFEST_FILE}.tmp");
-        if stray {
+        if listed.contains(name.as_str()) || name == MANIFEST_FILE {
+            continue;
+        }
+        if segment_file_id(&name).is_some() || name == format!("{MANIFEST_FILE}.tmp") {
+            tracing::info!(path = %entry.path().display(), "removing the leftover of an interrupted seal or merge");
             remove_file(&entry.path());
+        } else {
+            // Not a name the index writes: someone else's file, left as it is.
+            tracing::warn!(path = %entry.path().display(), "a file the dense index did not write is in its folder; it is left as it is");
         }
     }
 }
@@ -265,4 +328,120 @@ fn checksum(path: &Path) -> Result<(u64, u32), DenseError> {
         bytes += read as u64;
     }
     Ok((bytes, hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: u64, basename: &str, names: &[&str]) -> SegmentEntry {
+        SegmentEntry {
+            id,
+            basename: basename.to_string(),
+            vectors: 1,
+            files: names
+                .iter()
+                .map(|name| FileEntry {
+                    name: name.to_string(),
+                    bytes: 0,
+                    crc32: 0,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn only_the_names_a_seal_writes_are_segment_files() {
+        for (name, id) in [
+            ("seg-7.keys", Some(7)),
+            ("seg-7.hnsw.graph", Some(7)),
+            ("seg-12.hnsw.data", Some(12)),
+            ("seg-12-4431.hnsw.data", Some(12)),
+            ("seg-backup-manifest.json", None),
+            ("seg-7.keys.bak", None),
+            ("seg-.keys", None),
+            ("seg-7-.hnsw.graph", None),
+            ("seg-7-x.hnsw.graph", None),
+            ("seg-+7.keys", None),
+            ("seg-../index/meta.json", None),
+            ("manifest.json", None),
+        ] {
+            assert_eq!(segment_file_id(name), id, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_manifest_entry_may_name_only_its_own_files() {
+        let own = ["seg-3.hnsw.graph", "seg-3.hnsw.data", "seg-3.keys"];
+        assert!(check_names(&entry(3, "seg-3", &own)).is_ok());
+        let unique = ["seg-3-17.hnsw.data", "seg-3.keys", "seg-3-17.hnsw.graph"];
+        assert!(check_names(&entry(3, "seg-3-17", &unique)).is_ok());
+        for (id, basename, names) in [
+            (
+                3,
+                "seg-3",
+                &["seg-3.hnsw.graph", "seg-3.hnsw.data", "../index/meta.json"][..],
+            ),
+            (
+                3,
+                "seg-3",
+                &["seg-3.hnsw.graph", "seg-3.hnsw.data", "/etc/hostname"][..],
+            ),
+            (
+                3,
+                "seg-3",
+                &["seg-3.hnsw.graph", "seg-3.hnsw.data", "seg-4.keys"][..],
+            ),
+            (3, "seg-3", &["seg-3.hnsw.graph", "seg-3.hnsw.data"][..]),
+            (
+                3,
+                "seg-4",
+                &["seg-4.hnsw.graph", "seg-4.hnsw.data", "seg-3.keys"][..],
+            ),
+            (
+                3,
+                "../seg-3",
+                &["../seg-3.hnsw.graph", "../seg-3.hnsw.data", "seg-3.keys"][..],
+            ),
+        ] {
+            let error = check_names(&entry(id, basename, names)).expect_err("refused");
+            assert!(error.contains(&format!("segment {id}")), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_manifest_naming_a_file_outside_its_segments_is_refused_and_nothing_else_is_removed() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("dense");
+        std::fs::create_dir(&dir).expect("dense");
+        let outside = root.path().join("meta.json");
+        std::fs::write(&outside, b"tantivy's").expect("write");
+        let manifest = Manifest {
+            version: MANIFEST_VERSION,
+            dim: 4,
+            segments: vec![entry(
+                0,
+                "seg-0",
+                &["seg-0.hnsw.graph", "seg-0.hnsw.data", "../meta.json"],
+            )],
+        };
+        write_manifest(&dir, &manifest).expect("write");
+        let error = read_manifest(&dir).expect_err("refused");
+        assert!(error.to_string().contains("../meta.json"), "{error}");
+
+        for name in [
+            "seg-backup-manifest.json",
+            "notes.txt",
+            "seg-5.keys",
+            "seg-5-3.hnsw.data",
+        ] {
+            std::fs::write(dir.join(name), b"x").expect("write");
+        }
+        remove_unlisted(&dir, &Manifest::default());
+        assert!(outside.exists());
+        assert!(dir.join("seg-backup-manifest.json").exists());
+        assert!(dir.join("notes.txt").exists());
+        assert!(!dir.join("seg-5.keys").exists());
+        assert!(!dir.join("seg-5-3.hnsw.data").exists());
+    }
 }

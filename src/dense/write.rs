@@ -4,10 +4,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
+use std::sync::{Arc, MutexGuard, PoisonError};
 
 use super::segment::Segment;
-use super::{locate, persist, to_stored, DenseError, DenseIndex, StoredElement, WriterSide};
+use super::{locate, persist, to_stored, DenseError, DenseIndex, Files, StoredElement, WriterSide};
 use crate::embed::l2_normalize;
 
 impl DenseIndex {
@@ -111,11 +111,50 @@ impl DenseIndex {
         self.persist_sealed(writer);
     }
 
+    /// Stops every later change to the index's files, once the changes under way (a seal's or
+    /// a merge's dump, a manifest write) have ended: from then on seals and merges go on in
+    /// memory only. Before its collection's folder is deleted or renamed away, so that no
+    /// background task recreates it (or writes into a new collection of the same name).
+    pub fn close_files(&self) {
+        *self
+            .files_closed
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = true;
+    }
+
+    /// Undoes [`Self::close_files`] (a delete the filesystem refused: the collection stays).
+    pub fn reopen_files(&self) {
+        *self
+            .files_closed
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = false;
+    }
+
+    /// Whether [`Self::close_files`] ran (and no reopen since).
+    pub fn files_are_closed(&self) -> bool {
+        *self
+            .files_closed
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The index's folder, to change its files in while the returned guard lives; `None` when
+    /// the index is in memory only or its files are closed.
+    pub(super) fn files(&self) -> Option<Files<'_>> {
+        let dir = self.dir.as_deref()?;
+        let closed = self
+            .files_closed
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        (!*closed).then_some(Files { dir, _open: closed })
+    }
+
     /// Writes every sealed segment not yet on disk and lists them in the manifest.
     fn persist_sealed(&self, writer: &mut MutexGuard<'_, WriterSide>) {
-        let Some(dir) = &self.dir else {
+        let Some(files) = self.files() else {
             return;
         };
+        let dir = files.dir;
         let pending: Vec<Arc<Segment>> = self
             .sealed_segments()
             .into_iter()

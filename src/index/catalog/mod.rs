@@ -293,7 +293,16 @@ impl<T> Catalog<T> {
                 )
             })?;
         }
+        // No seal or merge may write into the folder once it is renamed away: that would
+        // recreate `<name>/dense/` (or write into a new collection of the same name).
+        let open = entry.open_collection();
+        if let Some(open) = open {
+            open.index.close_files();
+        }
         std::fs::rename(&target, &doomed).map_err(|source| {
+            if let Some(open) = open {
+                open.index.reopen_files();
+            }
             refused(
                 format!("renaming the folder to {}", doomed.display()),
                 &target,
@@ -305,7 +314,7 @@ impl<T> Catalog<T> {
             tracing::warn!(collection = %name, %error, "syncing the collections folder after the rename failed; removing the collection anyway");
         }
         self.write().remove(name);
-        if let Some(open) = entry.open_collection() {
+        if let Some(open) = open {
             // Commits it may still hold go to a folder that is no longer there, and fail harmlessly.
             open.index.shutdown();
         }

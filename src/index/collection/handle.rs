@@ -195,6 +195,22 @@ impl CollectionIndex {
         &self.path
     }
 
+    /// Before the collection's folder goes away (a delete): stops every later change to the
+    /// dense index's files, once a seal or merge writing them has ended. Tantivy's writer needs
+    /// no fence: it never creates a folder, so a commit after the rename fails harmlessly.
+    pub fn close_files(&self) {
+        if let Some(dense) = &self.dense {
+            dense.close_files();
+        }
+    }
+
+    /// Undoes [`Self::close_files`]: the delete was refused and the collection stays.
+    pub fn reopen_files(&self) {
+        if let Some(dense) = &self.dense {
+            dense.reopen_files();
+        }
+    }
+
     pub fn snapshot(&self) -> Arc<Snapshot> {
         // A poisoned lock only means a writer panicked mid-swap; the Arc inside is still whole.
         let guard = self
