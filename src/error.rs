@@ -32,7 +32,7 @@ pub enum LatheError {
     PermissionDenied(String),
     /// A call's deadline passed before its work finished: the server's request timeout, or the
     /// shorter one the client set in `grpc-timeout`.
-    #[error("{call} did not finish within {} of {} ms", deadline_owner(*.set_by_client), .limit.as_millis())]
+    #[error("{call} did not finish within {} of {} ms{}", deadline_owner(*.set_by_client), .limit.as_millis(), write_cut_short(.call))]
     DeadlineExceeded {
         /// The RPC (or its request path).
         call: String,
@@ -156,6 +156,18 @@ fn retry_hint(write_id: &str) -> String {
     match write_id {
         "" => String::new(),
         id => format!(" (a retry with write_id `{id}` queues nothing twice)"),
+    }
+}
+
+/// What a write cut short by its deadline may have done, and how to retry it safely.
+fn write_cut_short(call: &str) -> &'static str {
+    let write = ["UpsertDocuments", "UploadDocuments", "DeleteDocuments"]
+        .iter()
+        .any(|rpc| call.ends_with(rpc));
+    if write {
+        "; the write may still be applied: send it again with the same write_id, which applies it once"
+    } else {
+        ""
     }
 }
 

@@ -178,9 +178,11 @@ pub struct ReplicationMetrics {
     pub applied_position: IntGauge,
     /// Entries the log holds after it, when last known.
     pub pending_entries: IntGauge,
-    /// Age of the newest applied entry while newer ones wait (0 when caught up).
+    /// How far behind the replica may be (`Progress::lag`).
     pub lag_seconds: prometheus::Gauge,
     /// 1 once the apply loop stopped on an entry it cannot apply.
+    /// 1 once the log is lost.
+    pub log_lost: IntGauge,
     pub stopped: IntGauge,
     /// 1 while an apply is being retried after a failure.
     pub retrying: IntGauge,
@@ -202,15 +204,19 @@ impl ReplicationMetrics {
             ),
             pending_entries: int_gauge(
                 "replication_pending_entries",
-                "Log entries after the applied position, when last known",
+                "Log positions after the applied one (entries and parts), when last known",
             ),
             lag_seconds: register(
                 registry,
                 prometheus::Gauge::new(
                     "replication_lag_seconds",
-                    "Age of the newest applied log entry while newer ones wait (0 when caught up)",
+                    "How far behind this replica may be: the age of the oldest log entry it has not applied, else since it last read the log's head",
                 )
                 .expect("static metric"),
+            ),
+            log_lost: int_gauge(
+                "replication_log_lost",
+                "1 once the log this replica's data came from is gone (deleted, purged or made again): applying stopped, writes refused",
             ),
             stopped: int_gauge(
                 "replication_stopped",

@@ -14,225 +14,16 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::binary;
 use common::nats::Nats;
+use common::replica::*;
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
-
-/// One `lathe serve` replica of the log at `nats`.
-struct Replica {
-    server: binary::Server,
-    client: LatheClient<Channel>,
-}
-
-impl Replica {
-    /// Starts a replica on `data_dir` and waits until it serves its gRPC port (not until it is
-    /// ready: see [`Replica::until_ready`]).
-    async fn start(data_dir: &Path, nats: &Nats) -> Self {
-        let server = binary::start(data_dir, &replica_variables(&nats.url()));
-        let client = binary::connect(&server.address).await;
-        Self { server, client }
-    }
-
-    async fn start_ready(data_dir: &Path, nats: &Nats) -> Self {
-        let replica = Self::start(data_dir, nats).await;
-        replica.until_ready(Duration::from_secs(120)).await;
-        replica
-    }
-
-    async fn health(&self) -> ServingStatus {
-        let channel =
-            tonic::transport::Endpoint::from_shared(format!("http://{}", self.server.address))
-                .unwrap()
-                .connect()
-                .await
-                .expect("connect for health");
-        let status = HealthClient::new(channel)
-            .check(HealthCheckRequest {
-                service: "lathe.v1.Lathe".into(),
-            })
-            .await
-            .expect("health check")
-            .into_inner()
-            .status;
-        ServingStatus::try_from(status).expect("a serving status")
-    }
-
-    /// Waits until the replica reports SERVING (it has caught up with the log).
-    async fn until_ready(&self, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        while self.health().await != ServingStatus::Serving {
-            assert!(
-                Instant::now() < deadline,
-                "replica not ready within {limit:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.server.child.kill();
-        let _ = self.server.child.wait();
-    }
-
-    /// The first line holding `needle` the replica logged, while starting or after (within 30 s).
-    fn log_line(&self, needle: &str) -> String {
-        let logged_at_start = self
-            .server
-            .startup_log
-            .iter()
-            .find(|line| line.contains(needle))
-            .cloned();
-        logged_at_start.unwrap_or_else(|| {
-            binary::wait_for_line(&self.server.log, needle, Duration::from_secs(30))
-        })
-    }
-
-    /// The first log position the replica's apply loop asked the log for.
-    fn followed_from(&self) -> u64 {
-        let line = self.log_line("reading the write log from its position");
-        let from = line
-            .split("\"from\":")
-            .nth(1)
-            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|digits| digits.parse().ok());
-        from.unwrap_or_else(|| panic!("no position in {line}"))
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn replica_variables(url: &str) -> Vec<(&'static str, String)> {
-    vec![
-        ("LATHE_REPLICATION__NATS_URL", url.to_string()),
-        ("LATHE_REPLICATION__PUBLISH_TIMEOUT_MS", "2000".into()),
-        ("LATHE_MODELS__DENSE", "static".into()),
-        ("LATHE_STORAGE__COMMIT_INTERVAL_MS", "200".into()),
-    ]
-}
-
-/// A document of `words` pseudo-random words (seeded by `doc`) from a vocabulary of 144, in
-/// sentences of 6 to 13 words: no two documents or sections alike, so that no ranking rests on
-/// exact ties.
-fn text_of(doc: usize, words: usize) -> String {
-    const ONSETS: [&str; 12] = [
-        "lat", "spin", "chu", "tail", "car", "gear", "cool", "bear", "col", "tur", "fe", "thre",
-    ];
-    const CODAS: [&str; 12] = [
-        "he", "dle", "ck", "stock", "riage", "box", "ant", "ing", "let", "ret", "ed", "ad",
-    ];
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ (doc as u64).wrapping_mul(0x2545_f491_4f6c_dd1d);
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    let mut text = format!(
-        "Document {doc} is about the {}{}. ",
-        ONSETS[doc % 12],
-        CODAS[doc / 12 % 12]
-    );
-    let mut sentence = 0;
-    for _ in 0..words {
-        let word = next();
-        text.push_str(ONSETS[(word % 12) as usize]);
-        text.push_str(CODAS[(word / 12 % 12) as usize]);
-        sentence += 1;
-        if sentence >= 6 + (word / 144 % 8) as usize {
-            text.push_str(". ");
-            sentence = 0;
-        } else {
-            text.push(' ');
-        }
-    }
-    text
-}
-
-fn documents(ids: std::ops::Range<usize>, words: usize) -> Vec<proto::Document> {
-    ids.map(|doc| {
-        common::document(
-            &format!("doc{doc}"),
-            &text_of(doc, words),
-            proto::DocumentFormat::Plain,
-        )
-    })
-    .collect()
-}
-
-async fn create(client: &mut LatheClient<Channel>, name: &str) {
-    client
-        .create_collection(proto::CreateCollectionRequest {
-            name: name.into(),
-            settings: None,
-        })
-        .await
-        .expect("create collection");
-}
-
-async fn write(
-    client: &mut LatheClient<Channel>,
-    collection: &str,
-    documents: Vec<proto::Document>,
-) -> u64 {
-    let reply = client
-        .upsert_documents(proto::UpsertDocumentsRequest {
-            collection: collection.into(),
-            documents,
-            wait: false,
-            write_id: String::new(),
-        })
-        .await
-        .expect("upsert")
-        .into_inner();
-    assert!(
-        reply.consistency_token > 0,
-        "a replicated write has a token"
-    );
-    reply.consistency_token
-}
-
-/// A Retrieve of `query` read at `token`.
-fn read_at(collection: &str, query: &str, token: u64) -> proto::RetrieveRequest {
-    proto::RetrieveRequest {
-        consistency_token: token,
-        ..common::retrieve_request(collection, query, 512)
-    }
-}
-
-/// The documents a Retrieve restricted to `ids` returns, read at `token`.
-async fn present(
-    client: &mut LatheClient<Channel>,
-    collection: &str,
-    ids: &[String],
-    token: u64,
-) -> BTreeSet<String> {
-    let mut request = read_at(collection, "document", token);
-    request.token_budget = 32_768;
-    request.top_k = Some(100);
-    request.filter = Some(proto::Filter {
-        metadata: Vec::new(),
-        doc_ids: ids.to_vec(),
-    });
-    let reply = client
-        .retrieve(request)
-        .await
-        .expect("retrieve")
-        .into_inner();
-    reply.chunks.into_iter().map(|chunk| chunk.doc_id).collect()
-}
 
 /// What must be the same on every replica at one log position: each chunk's every field (the
 /// generation and timings are each replica's own).
@@ -657,6 +448,10 @@ async fn an_entry_that_cannot_be_decoded_stops_applying_and_is_never_skipped() {
     assert_eq!(restarted.health().await, ServingStatus::NotServing);
 }
 
+/// The stream deleted while the replica was down: restarted, it does not make the stream again
+/// (its data came from the old one) but says the log is lost; a new replica with an empty data
+/// dir makes a new log, and the old replica, restarted again, names it as another log. It
+/// serves what it holds all along, and refuses writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_data_dir_applied_from_another_log_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
@@ -664,7 +459,6 @@ async fn a_data_dir_applied_from_another_log_is_refused_by_name() {
     let data_dir = dir.path().join("replica");
     let (mut replica, _) = replica_with_documents(&data_dir, &nats).await;
     replica.kill();
-    // The stream deleted (and made anew by the next replica): its positions mean something else.
     let client = async_nats::connect(nats.url())
         .await
         .expect("connect to nats");
@@ -672,22 +466,34 @@ async fn a_data_dir_applied_from_another_log_is_refused_by_name() {
         .delete_stream("LATHE")
         .await
         .expect("delete the stream");
+
     let mut restarted = Replica::start(&data_dir, &nats).await;
-    let line = restarted.log_line("another log");
+    let line = restarted.log_line("is lost");
     assert!(
-        line.contains("ERROR")
-            && line.contains("replica.json")
-            && line.contains("Empty the data dir"),
+        line.contains("ERROR") && line.contains("no longer exists"),
         "{line}"
     );
     assert_eq!(restarted.health().await, ServingStatus::NotServing);
-    // What it holds is still served.
+    assert_write_refused(&mut restarted.client, "no longer exists").await;
     assert_eq!(
         present(&mut restarted.client, "c", &["doc0".into()], 0)
             .await
             .len(),
         1
     );
+    restarted.kill();
+
+    // A replica with nothing of a log makes a new one.
+    let fresh = Replica::start_ready(&dir.path().join("fresh"), &nats).await;
+    drop(fresh);
+    let mut restarted = Replica::start(&data_dir, &nats).await;
+    let line = restarted.log_line("is lost");
+    assert!(
+        line.contains("ERROR") && line.contains("was made again"),
+        "{line}"
+    );
+    assert_eq!(restarted.health().await, ServingStatus::NotServing);
+    assert_write_refused(&mut restarted.client, "was made again").await;
 }
 
 /// On a single node a write's consistency token is its place in the write queue (its operation

@@ -5,6 +5,7 @@ mod auth;
 pub mod convert;
 mod deadline;
 mod grpc;
+mod health;
 mod in_process;
 pub(crate) mod incoming;
 mod status;
@@ -41,7 +42,7 @@ pub async fn serve(
 ) -> Result<()> {
     // The health service is up before the engine: "" (the process) answers SERVING at once, and
     // lathe.v1.Lathe NOT_SERVING until indexes and models are loaded.
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let (health_reporter, health_service, replica_readiness) = health::health();
     health_reporter.set_not_serving::<LatheService>().await;
     // Stops the side servers (health, metrics); dropping it on an early return stops them too.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -79,7 +80,7 @@ pub async fn serve(
     let builder = server_builder(&config)?;
     // Set when the drain starts: from then on health stays NOT_SERVING.
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    report_ready(&engine, &health_reporter, &draining).await;
+    health::report_ready(&engine, &health_reporter, &draining, &replica_readiness).await;
     let address = listener
         .local_addr()
         .map_err(|e| LatheError::io("reading the listen address", e))?;
@@ -211,60 +212,6 @@ fn tls_config(tls: &crate::config::TlsConfig) -> Result<ServerTlsConfig> {
         )?));
     }
     Ok(config)
-}
-
-/// Indexes and models are loaded: a single node is ready; a replica once it has caught up with
-/// the log, and not while it lags.
-async fn report_ready(
-    engine: &Engine,
-    health_reporter: &tonic_health::server::HealthReporter,
-    draining: &Arc<std::sync::atomic::AtomicBool>,
-) {
-    match engine.replica_progress() {
-        None => health_reporter.set_serving::<LatheService>().await,
-        Some((progress, max_lag)) => spawn_replica_readiness(
-            progress,
-            max_lag,
-            health_reporter.clone(),
-            Arc::clone(draining),
-        ),
-    }
-}
-
-/// Follows a replica's progress into its health: SERVING while [`ReplicaProgress::ready`],
-/// re-checked when the progress moves and every second (lag grows with time alone).
-///
-/// [`ReplicaProgress::ready`]: crate::service::ReplicaProgress::ready
-fn spawn_replica_readiness(
-    mut progress: tokio::sync::watch::Receiver<crate::service::ReplicaProgress>,
-    max_lag: Duration,
-    health_reporter: tonic_health::server::HealthReporter,
-    draining: Arc<std::sync::atomic::AtomicBool>,
-) {
-    tokio::spawn(async move {
-        let mut serving = None;
-        loop {
-            let ready = progress
-                .borrow_and_update()
-                .ready(max_lag, std::time::SystemTime::now());
-            if draining.load(std::sync::atomic::Ordering::SeqCst) {
-                return;
-            }
-            if serving != Some(ready) {
-                if ready {
-                    health_reporter.set_serving::<LatheService>().await;
-                } else {
-                    health_reporter.set_not_serving::<LatheService>().await;
-                }
-                tracing::info!(ready, "replica readiness");
-                serving = Some(ready);
-            }
-            tokio::select! {
-                changed = progress.changed() => if changed.is_err() { return },
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-        }
-    });
 }
 
 /// Serves only `grpc.health.v1.Health`, in plaintext, on its own port: the kubelet's gRPC probe

@@ -191,6 +191,18 @@ mod tests {
             client.message(),
             "/lathe.v1.Lathe/Retrieve did not finish within the client's deadline (grpc-timeout) of 50 ms"
         );
+        // A write cut short says it may still be applied, and how to retry it safely.
+        let write = Status::from(LatheError::DeadlineExceeded {
+            call: "/lathe.v1.Lathe/UpsertDocuments".into(),
+            limit: std::time::Duration::from_millis(50),
+            set_by_client: true,
+        });
+        assert!(
+            write.message().contains("may still be applied")
+                && write.message().contains("same write_id"),
+            "{}",
+            write.message()
+        );
     }
 
     fn storage(fault: StorageFault) -> LatheError {

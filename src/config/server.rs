@@ -108,9 +108,13 @@ pub struct ReplicationConfig {
     pub stream_replicas: usize,
     /// How long a write waits for JetStream to acknowledge it (milliseconds).
     pub publish_timeout_ms: u64,
-    /// A replica whose newest applied entry was published more than this long ago while newer
-    /// entries wait reports NOT_SERVING until it has caught up again (seconds; 0 = never).
+    /// A replica missing a log entry stored more than this long ago reports NOT_SERVING until
+    /// it has caught up again (seconds; 0 = never).
     pub max_lag_seconds: u64,
+    /// How often a replica reads the log's own state (its head, the oldest entry it has not
+    /// applied, its identity): the lag is measured from it, a stalled delivery is restarted
+    /// from it, and a log deleted, purged or made again is noticed by it (milliseconds).
+    pub watch_interval_ms: u64,
     /// Largest message published, in bytes; a document version larger than this is split into
     /// parts. 0 = the NATS server's `max_payload`.
     pub max_message_bytes: usize,
@@ -126,6 +130,7 @@ impl Default for ReplicationConfig {
             stream_replicas: 1,
             publish_timeout_ms: 5_000,
             max_lag_seconds: 60,
+            watch_interval_ms: 2_000,
             max_message_bytes: 0,
             apply_batch: 512,
         }

@@ -79,6 +79,10 @@ impl Config {
             (1..=10_000).contains(&replication.apply_batch),
             "replication.apply_batch must be in 1..=10000",
         )?;
+        check(
+            (100..=60_000).contains(&replication.watch_interval_ms),
+            "replication.watch_interval_ms must be in 100..=60000",
+        )?;
         Ok(())
     }
 

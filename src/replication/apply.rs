@@ -12,6 +12,7 @@
 //! split version whose parts were purged because a newer version of its document is stored,
 //! which the loop checks before moving on.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -24,6 +25,7 @@ use tokio::sync::watch;
 
 use super::codec::{self, Decoded, Entry, Malformed, PartsRef};
 use super::position::{self, ReplicaPosition};
+use super::watch::LogIdentity;
 use super::Replication;
 use crate::error::{LatheError, Result};
 
@@ -41,10 +43,11 @@ pub trait Applier: Send + Sync + 'static {
     fn apply(&self, batch: &[Positioned]) -> Result<()>;
 }
 
-/// The running loop; [`ApplyTask::stop`] ends it after the batch in hand.
+/// The running loop and its watch; [`ApplyTask::stop`] ends them after the batch in hand.
 pub struct ApplyTask {
     stop: watch::Sender<bool>,
     handle: tokio::task::JoinHandle<()>,
+    watch: tokio::task::JoinHandle<()>,
 }
 
 impl ApplyTask {
@@ -53,28 +56,55 @@ impl ApplyTask {
         if let Err(error) = self.handle.await {
             tracing::error!(%error, "the log's apply loop failed");
         }
+        let _ = self.watch.await;
     }
 }
 
 /// Why reading a batch did not give entries.
 enum ReadFailure {
-    /// Stop for good, with the reason.
+    /// Stop for good, with the reason (when the log is lost, logged where that was found).
     Malformed(String),
     /// Try again (NATS is unreachable, a part could not be fetched yet).
     Transient(LatheError),
+    /// The watch found delivery stalled: read again at once.
+    Stalled,
 }
 
-/// First and longest pause between attempts.
+impl From<LatheError> for ReadFailure {
+    /// A lost log or a stream that cannot be the log stops the loop; anything else is tried
+    /// again.
+    fn from(error: LatheError) -> Self {
+        match error {
+            LatheError::Precondition(reason) => Self::Malformed(reason),
+            error => Self::Transient(error),
+        }
+    }
+}
+
+/// First and longest pause between attempts to apply a batch.
 const RETRY_FIRST: Duration = Duration::from_millis(200);
 const RETRY_LONGEST: Duration = Duration::from_secs(30);
+/// Longest pause between attempts to read the log again: reading resumes within this of the
+/// log answering again.
+const REREAD_LONGEST: Duration = Duration::from_secs(2);
+/// The longest a pull request of the consumer waits (its heartbeat is half of it): a request
+/// lost while the log or this process was paused is noticed and made again within about this.
+const PULL_EXPIRES: Duration = Duration::from_secs(4);
 
 impl Replication {
     /// Starts the apply loop (see the module doc) with `applier`.
     pub fn start(self: &Arc<Self>, applier: Arc<dyn Applier>) -> ApplyTask {
         let (stop, stopped) = watch::channel(false);
         let replication = Arc::clone(self);
+        let watch_stop = stopped.clone();
         let handle = tokio::spawn(async move { replication.run(applier, stopped).await });
-        ApplyTask { stop, handle }
+        let replication = Arc::clone(self);
+        let watch = tokio::spawn(async move { replication.watch(watch_stop).await });
+        ApplyTask {
+            stop,
+            handle,
+            watch,
+        }
     }
 
     async fn run(self: Arc<Self>, applier: Arc<dyn Applier>, mut stop: watch::Receiver<bool>) {
@@ -82,22 +112,32 @@ impl Replication {
         // start does not begin with a failure (a flush returns once the connection is up).
         let _ = tokio::time::timeout(Duration::from_secs(5), self.client.flush()).await;
         let mut pause = RETRY_FIRST;
+        let mut warned: Option<std::time::Instant> = None;
         loop {
             match self.follow(&applier, &mut stop).await {
                 Ok(()) => return,
+                Err(ReadFailure::Malformed(_)) if self.state.progress().lost.is_some() => return,
                 Err(ReadFailure::Malformed(reason)) => {
                     tracing::error!(url = self.url(), %reason, "the write log holds an entry this replica cannot apply; applying stopped, reads go on");
                     self.state.update(|p| p.stopped = Some(reason));
                     return;
                 }
+                Err(ReadFailure::Stalled) => {
+                    pause = RETRY_FIRST;
+                    continue;
+                }
                 Err(ReadFailure::Transient(error)) => {
-                    tracing::warn!(url = self.url(), %error, retry_ms = pause.as_millis() as u64, "following the write log failed; retrying");
+                    // One line per half minute of an outage, not one per attempt.
+                    if warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(30)) {
+                        tracing::warn!(url = self.url(), %error, retry_ms = pause.as_millis() as u64, "following the write log failed; retrying");
+                        warned = Some(std::time::Instant::now());
+                    }
                 }
             }
             if !pause_unless_stopped(pause, &mut stop).await {
                 return;
             }
-            pause = (pause * 2).min(RETRY_LONGEST);
+            pause = (pause * 2).min(REREAD_LONGEST);
         }
     }
 
@@ -108,14 +148,15 @@ impl Replication {
         applier: &Arc<dyn Applier>,
         stop: &mut watch::Receiver<bool>,
     ) -> Result<(), ReadFailure> {
-        let stream = self.stream().await.map_err(ReadFailure::Transient)?;
-        let recorded = self.recorded_position(stream)?;
+        let stream = self.stream().await?;
+        let recorded = self.recorded_position(stream).await?;
         let consumer = stream
             .create_consumer(OrderedConfig {
                 filter_subject: self.subjects.log_filter(),
                 deliver_policy: DeliverPolicy::ByStartSequence {
                     start_sequence: recorded.applied + 1,
                 },
+                max_expires: PULL_EXPIRES,
                 ..Default::default()
             })
             .await
@@ -131,6 +172,8 @@ impl Replication {
             self.state.update(|p| {
                 p.applied = p.applied.max(recorded.applied);
                 p.pending = 0;
+                p.oldest_unapplied = None;
+                p.known_at = Some(SystemTime::now());
                 p.caught_up = true;
             });
         }
@@ -143,6 +186,7 @@ impl Replication {
             let first = tokio::select! {
                 first = messages.next() => first,
                 _ = stop.wait_for(|stop| *stop) => return Ok(()),
+                () = self.kick.notified() => return Err(ReadFailure::Stalled),
             };
             let Some(first) = first else {
                 return Err(ReadFailure::Transient(super::log_unavailable(
@@ -158,8 +202,13 @@ impl Replication {
                 }
             }
             let mut read = self.read_batch(stream, batch).await?;
+            // Nothing more is applied from a log found lost meanwhile.
+            self.check_log()?;
             let entries = std::mem::take(&mut read.entries);
-            if !self.apply_with_retries(applier, entries, stop).await? {
+            self.applying.store(true, Ordering::Release);
+            let applied = self.apply_with_retries(applier, entries, stop).await;
+            self.applying.store(false, Ordering::Release);
+            if !applied? {
                 return Ok(());
             }
             recorded.applied = read.last;
@@ -167,42 +216,65 @@ impl Replication {
         }
     }
 
-    /// The recorded position, checked against the stream: a data dir applied from another
-    /// stream (one deleted and made again has the same name and new sequences) must not be
-    /// continued.
-    fn recorded_position(
+    /// The recorded position, checked against the log as it is now (read afresh, not as this
+    /// process first found it): a data dir applied from another log (the stream deleted and
+    /// made again, or purged) must not be continued, and the log is then lost. Once checked,
+    /// the log's identity is what the watch compares with.
+    async fn recorded_position(
         &self,
         stream: &jetstream::stream::Stream,
     ) -> Result<ReplicaPosition, ReadFailure> {
-        let created = stream
-            .cached_info()
-            .created
-            .unix_timestamp_nanos()
-            .to_string();
         let recorded =
             position::load(&self.data_dir).map_err(|e| ReadFailure::Malformed(e.to_string()))?;
-        match recorded {
-            None => Ok(ReplicaPosition {
+        let recorded_identity = recorded.as_ref().and_then(|recorded| {
+            let incarnation = recorded.incarnation.clone()?;
+            Some(LogIdentity {
+                created_ns: recorded.stream_created_ns.clone(),
+                incarnation,
+            })
+        });
+        let (current, _head) = self
+            .current_identity(stream, recorded_identity.as_ref())
+            .await?;
+        let position = match recorded {
+            None => ReplicaPosition {
                 stream: self.config.stream.clone(),
-                stream_created_ns: created,
+                stream_created_ns: current.created_ns.clone(),
                 applied: 0,
-            }),
-            Some(recorded)
-                if recorded.stream == self.config.stream && recorded.stream_created_ns == created =>
-            {
-                self.state.update(|p| p.applied = p.applied.max(recorded.applied));
-                Ok(recorded)
+                incarnation: Some(current.incarnation.clone()),
+            },
+            Some(recorded) => {
+                // A file from before the incarnation was kept is checked by creation time.
+                let was = LogIdentity {
+                    created_ns: recorded.stream_created_ns.clone(),
+                    incarnation: recorded
+                        .incarnation
+                        .clone()
+                        .unwrap_or_else(|| current.incarnation.clone()),
+                };
+                if recorded.stream != self.config.stream {
+                    return Err(self
+                        .lose(format!(
+                            "{} says this data dir was applied from stream `{}`, up to position {}; this replica is set to follow `{}` at {}: it is another log. Empty the data dir to bootstrap this replica from it",
+                            position::path(&self.data_dir).display(),
+                            recorded.stream,
+                            recorded.applied,
+                            self.config.stream,
+                            self.url()
+                        ))
+                        .into());
+                }
+                self.same_log(&was, &current)?;
+                self.state
+                    .update(|p| p.applied = p.applied.max(recorded.applied));
+                ReplicaPosition {
+                    incarnation: Some(current.incarnation.clone()),
+                    ..recorded
+                }
             }
-            Some(recorded) => Err(ReadFailure::Malformed(format!(
-                "{} says this data dir was applied from stream `{}` created at {} ns, up to position {}; the stream `{}` at {} was created at {created} ns: it is another log. Empty the data dir to bootstrap this replica from it",
-                position::path(&self.data_dir).display(),
-                recorded.stream,
-                recorded.stream_created_ns,
-                recorded.applied,
-                self.config.stream,
-                self.url()
-            ))),
-        }
+        };
+        *self.identity.lock().unwrap_or_else(|p| p.into_inner()) = Some(current);
+        Ok(position)
     }
 
     /// Applies a batch, retrying (with backoff, reported in the progress) until it goes through
@@ -253,6 +325,12 @@ impl Replication {
             p.retrying = None;
             if read.pending == 0 {
                 p.caught_up = true;
+            }
+            // The pending count of a delivered entry is not the log's (a consumer made again
+            // after a stall counts from where it starts), so only the watch clears the oldest
+            // unapplied entry; applying moves it on: whatever waits was stored after this batch.
+            if let (Some(oldest), Some(published)) = (p.oldest_unapplied, read.published) {
+                p.oldest_unapplied = Some(oldest.max(published));
             }
         });
         Ok(())

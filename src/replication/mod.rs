@@ -18,6 +18,8 @@
 //! - `publish`: writes (inline, or split into parts for a version over one message).
 //! - `apply`: the apply loop and the [`Applier`] the service implements.
 //! - `position`: the replica's recorded position; `state`: its progress ([`Progress`]).
+//! - `watch`: the log read on a timer: the lag from the log's own state, a stalled delivery
+//!   restarted, the log's identity checked (a stream deleted, purged or made again is lost).
 //!
 //! May call: `index` (record and settings types), `embed` (vector checks), `config`, the leaves.
 //! Knows nothing of the pipeline, the service or gRPC.
@@ -28,6 +30,7 @@ pub mod position;
 mod publish;
 pub mod state;
 mod subjects;
+mod watch;
 
 #[allow(clippy::all, missing_docs)]
 mod proto {
@@ -58,11 +61,22 @@ pub struct Replication {
     client: async_nats::Client,
     jetstream: jetstream::Context,
     subjects: Subjects,
-    /// The stream, once it has been reached (created on first use).
+    /// The stream, once it has been reached (created on first use by a replica that holds
+    /// nothing of a log yet).
     stream: OnceCell<jetstream::stream::Stream>,
     state: Arc<ReplicaState>,
     data_dir: PathBuf,
     dedupe_window: Duration,
+    /// The data dir holds data applied from a log: the stream is only ever opened, never made
+    /// (a missing one is a lost log, not a new one).
+    applied_from_log: bool,
+    /// The log this replica follows, once its apply loop has checked it (see `watch`).
+    identity: std::sync::Mutex<Option<watch::LogIdentity>>,
+    /// Set by the watch when delivery stalls with entries waiting: the apply loop reads the log
+    /// again from its position.
+    kick: tokio::sync::Notify,
+    /// True while the apply loop is applying a batch (not waiting for entries).
+    applying: std::sync::atomic::AtomicBool,
 }
 
 impl Replication {
@@ -105,7 +119,8 @@ impl Replication {
         let state = Arc::new(ReplicaState::new(&url));
         // What this data dir holds is served before the log is reached (and checked against it
         // once it is: a data dir of another log stops the apply loop).
-        if let Some(recorded) = position::load(data_dir)? {
+        let recorded = position::load(data_dir)?;
+        if let Some(recorded) = &recorded {
             state.update(|progress| progress.applied = recorded.applied);
         }
         Ok(Arc::new(Self {
@@ -117,6 +132,10 @@ impl Replication {
             state,
             data_dir: data_dir.to_path_buf(),
             dedupe_window,
+            applied_from_log: recorded.is_some(),
+            identity: std::sync::Mutex::new(None),
+            kick: tokio::sync::Notify::new(),
+            applying: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -132,10 +151,12 @@ impl Replication {
         Duration::from_secs(self.config.max_lag_seconds)
     }
 
-    /// The stream, created with the log's settings on first use; an existing stream whose
-    /// settings would break the log (more than one message per subject, other subjects) is
-    /// refused rather than used.
+    /// The stream, created with the log's settings on first use by a replica that holds nothing
+    /// of a log yet (one that does only opens it: a missing stream is a lost log); an existing
+    /// stream whose settings would break the log (more than one message per subject, other
+    /// subjects) is refused rather than used. FAILED_PRECONDITION once the log is lost.
     async fn stream(&self) -> Result<&jetstream::stream::Stream> {
+        self.check_log()?;
         self.check_connected()?;
         self.stream
             .get_or_try_init(|| async {
@@ -149,11 +170,14 @@ impl Replication {
                     duplicate_window: self.dedupe_window,
                     ..Default::default()
                 };
-                let stream = self
-                    .jetstream
-                    .get_or_create_stream(wanted.clone())
-                    .await
-                    .map_err(|e| log_unavailable(self.url(), e))?;
+                let stream = if self.applied_from_log {
+                    self.open_existing_stream().await?
+                } else {
+                    self.jetstream
+                        .get_or_create_stream(wanted.clone())
+                        .await
+                        .map_err(|e| stream_error(self.url(), &wanted.name, e))?
+                };
                 let found = &stream.cached_info().config;
                 check_stream(found, &wanted)?;
                 if found.duplicate_window < wanted.duplicate_window {
@@ -190,6 +214,18 @@ impl Replication {
         };
         configured.saturating_sub(ENVELOPE_BYTES).max(1024)
     }
+}
+
+/// A failure to create or open the stream: a configuration JetStream refuses (its subjects
+/// overlap another stream's) is FAILED_PRECONDITION naming the fix, anything else UNAVAILABLE.
+fn stream_error(url: &str, stream: &str, error: impl std::fmt::Display) -> LatheError {
+    let message = error.to_string();
+    if message.contains("subjects overlap") || message.contains("10065") {
+        return LatheError::Precondition(format!(
+            "the JetStream stream `{stream}` at {url} cannot be made: {message}. Another stream takes the same subjects (stream names differ only in case, or another deployment's stream): set replication.stream to the same name on every replica, or delete the other stream"
+        ));
+    }
+    log_unavailable(url, message)
 }
 
 /// The settings the log depends on: one message per subject (else the stream is not a

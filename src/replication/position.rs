@@ -22,6 +22,10 @@ pub struct ReplicaPosition {
     pub stream_created_ns: String,
     /// Every entry up to this stream sequence is applied and committed.
     pub applied: u64,
+    /// The log's incarnation (the id its first replica wrote into it, see `watch`): a stream
+    /// purged, or made again, has none or another. `None` in a file from before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<String>,
 }
 
 pub fn path(data_dir: &Path) -> PathBuf {
@@ -69,6 +73,7 @@ mod tests {
             stream: "LATHE".into(),
             stream_created_ns: "1764620000000000000".into(),
             applied: 42,
+            incarnation: Some("5f0c".into()),
         };
         store(dir.path(), &position).unwrap();
         store(
@@ -80,6 +85,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(load(dir.path()).unwrap().unwrap().applied, 43);
+        // A file from before the incarnation was kept reads as none.
+        std::fs::write(
+            path(dir.path()),
+            br#"{"stream":"LATHE","stream_created_ns":"1","applied":7}"#,
+        )
+        .unwrap();
+        assert_eq!(load(dir.path()).unwrap().unwrap().incarnation, None);
         std::fs::write(path(dir.path()), b"{").unwrap();
         let error = load(dir.path()).unwrap_err().to_string();
         assert!(

@@ -183,7 +183,17 @@ impl Replication {
             // publication's sequence and stores nothing.
             Ok(ack) => Ok((ack.sequence, ack.duplicate)),
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Err(PublishFailure::Raced),
-            Err(e) => Err(PublishFailure::Other(log_unavailable(self.url(), e))),
+            // The acknowledgement did not come: the entry may be stored all the same.
+            Err(e) if e.kind() == PublishErrorKind::TimedOut => Err(PublishFailure::Other(
+                log_unavailable(
+                    self.url(),
+                    format!("{e}: JetStream did not acknowledge in time, so the write may still have been stored, and then every replica applies it; send it again with the same write_id and it is stored once"),
+                ),
+            )),
+            Err(e) => Err(PublishFailure::Other(log_unavailable(
+                self.url(),
+                format!("{e}; nothing was stored"),
+            ))),
         }
     }
 

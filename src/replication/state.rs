@@ -8,41 +8,55 @@ use tokio::sync::watch;
 
 use crate::error::{LatheError, Result};
 
-/// One replica's progress, as last published by its apply loop.
+/// One replica's progress, as last published by its apply loop and its log watch.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Progress {
     /// Every entry up to this stream sequence is applied, committed and visible.
     pub applied: u64,
     /// The replica has applied everything the log held at some moment since it started.
     pub caught_up: bool,
-    /// Entries the log holds after `applied`, when last known.
+    /// Log positions after `applied` (entries and the parts of split versions), when last known.
     pub pending: u64,
+    /// When the oldest log entry this replica has not applied was stored, when last known
+    /// (`None`: every entry the log held is applied). Read from the log itself on a timer (the
+    /// watch), so a stalled delivery cannot hide it.
+    pub oldest_unapplied: Option<SystemTime>,
+    /// When this replica last learned the log's state: its watch read the log's head, or it was
+    /// delivered an entry with nothing after it. With nothing known unapplied, the replica is
+    /// at most this old (a replica that cannot reach its log, or was paused, cannot know more).
+    pub known_at: Option<SystemTime>,
     /// When the newest applied entry was published.
     pub applied_published: Option<SystemTime>,
     /// Why the apply loop stopped for good (an entry it cannot decode, another log's data dir):
     /// the replica then serves what it has and is never ready again until restarted.
     pub stopped: Option<String>,
+    /// Why the log this replica's data came from is gone (the stream deleted, purged or made
+    /// again): applying stops, writes are refused, and the replica is not ready until an
+    /// operator decides (README, "Replicas").
+    pub lost: Option<String>,
     /// The failure an apply is being retried after (a full disk, an index that cannot be
     /// written); cleared by the next applied batch.
     pub retrying: Option<String>,
 }
 
 impl Progress {
-    /// How far behind the replica is: the age of the newest applied entry while newer ones
-    /// wait, else zero.
+    /// How far behind the replica may be: the age of the oldest log entry it has not applied,
+    /// else how long ago it last learned that it had applied everything. Every answer it gives
+    /// misses at most the writes stored in that time.
     pub fn lag(&self, now: SystemTime) -> Duration {
-        if self.pending == 0 {
-            return Duration::ZERO;
-        }
-        self.applied_published
-            .and_then(|published| now.duration_since(published).ok())
+        self.oldest_unapplied
+            .or(self.known_at)
+            .and_then(|since| now.duration_since(since).ok())
             .unwrap_or(Duration::ZERO)
     }
 
-    /// Ready to serve reads: caught up once, not stopped, and not further behind than
-    /// `max_lag` (zero: never too far).
+    /// Ready to serve reads: caught up once, not stopped, its log not lost, and not further
+    /// behind than `max_lag` (zero: never too far).
     pub fn ready(&self, max_lag: Duration, now: SystemTime) -> bool {
-        self.caught_up && self.stopped.is_none() && (max_lag.is_zero() || self.lag(now) <= max_lag)
+        self.caught_up
+            && self.stopped.is_none()
+            && self.lost.is_none()
+            && (max_lag.is_zero() || self.lag(now) <= max_lag)
     }
 }
 
@@ -78,12 +92,18 @@ impl ReplicaState {
     pub async fn wait_applied(&self, position: u64) -> Result<()> {
         let mut progress = self.progress.subscribe();
         let reached = progress
-            .wait_for(|p| p.applied >= position || p.stopped.is_some())
+            .wait_for(|p| p.applied >= position || p.stopped.is_some() || p.lost.is_some())
             .await
             .map_err(|_| LatheError::Unavailable("the replica's apply loop is gone".into()))?
             .clone();
         if reached.applied >= position {
             return Ok(());
+        }
+        if let Some(lost) = reached.lost {
+            return Err(LatheError::Precondition(format!(
+                "this replica applied its log up to position {} and stopped: {lost}; position {position} cannot be read here",
+                reached.applied
+            )));
         }
         Err(LatheError::Unavailable(format!(
             "this replica applied the log of {} up to position {} and stopped: {}; position {position} cannot be read here",
@@ -105,16 +125,26 @@ mod tests {
         let mut progress = Progress::default();
         assert!(!progress.ready(max_lag, now), "not caught up yet");
         progress.caught_up = true;
+        progress.known_at = Some(now - Duration::from_secs(1));
         assert!(progress.ready(max_lag, now));
-        // Behind by a minute-old entry while others wait: not ready; with nothing waiting, its
-        // age does not matter.
-        progress.applied_published = Some(now - Duration::from_secs(60));
-        progress.pending = 5;
+        // Nothing known unapplied, but the log last read long ago (unreachable, or the process
+        // was paused): it may miss what was stored since.
+        progress.known_at = Some(now - Duration::from_secs(45));
+        assert_eq!(progress.lag(now), Duration::from_secs(45));
+        assert!(!progress.ready(max_lag, now));
+        progress.known_at = Some(now);
+        // Missing an entry stored a minute ago: not ready; however old what it applied, with
+        // nothing unapplied it is.
+        progress.applied_published = Some(now - Duration::from_secs(600));
+        progress.oldest_unapplied = Some(now - Duration::from_secs(60));
         assert_eq!(progress.lag(now), Duration::from_secs(60));
         assert!(!progress.ready(max_lag, now));
         assert!(progress.ready(Duration::ZERO, now), "0 = lag never matters");
-        progress.pending = 0;
+        progress.oldest_unapplied = None;
         assert!(progress.ready(max_lag, now));
+        progress.lost = Some("the stream was purged".into());
+        assert!(!progress.ready(max_lag, now));
+        progress.lost = None;
         progress.stopped = Some("poison".into());
         assert!(!progress.ready(max_lag, now));
     }

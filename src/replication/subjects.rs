@@ -20,6 +20,13 @@ impl Subjects {
         vec![self.log_filter(), format!("{}.part.>", self.prefix)]
     }
 
+    /// The log's incarnation: one message, written once by the replica that finds the stream
+    /// without it, naming this log (see `watch`). Under `part.`, which replicas read by sequence
+    /// only, and `$log` can be no collection's name, so no part subject is ever the same.
+    pub fn incarnation(&self) -> String {
+        format!("{}.part.$log.incarnation", self.prefix)
+    }
+
     /// Every entry replicas apply.
     pub fn log_filter(&self) -> String {
         format!("{}.log.>", self.prefix)

@@ -21,6 +21,7 @@ impl Engine {
             .lag_seconds
             .set(progress.lag(std::time::SystemTime::now()).as_secs_f64());
         metrics.stopped.set(i64::from(progress.stopped.is_some()));
+        metrics.log_lost.set(i64::from(progress.lost.is_some()));
         metrics.retrying.set(i64::from(progress.retrying.is_some()));
     }
 

@@ -180,6 +180,7 @@ impl Engine {
             Duration::from_secs(self.config.ingest.dedupe_window_s),
         )
         .await?;
+        replication.check_at_start(Duration::from_secs(5)).await?;
         let applier = replica::ReplicaApplier {
             catalog: Arc::clone(&self.catalog),
             models_dir: self.config.models.dir.clone(),

@@ -4,6 +4,7 @@
 
 pub mod binary;
 pub mod nats;
+pub mod replica;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -98,6 +98,17 @@ impl Nats {
         self.child = Some(child);
     }
 
+    /// The running server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("nats-server is running").id()
+    }
+
+    /// Removes the store (the server must be stopped): the next start begins empty.
+    pub fn wipe_store(&self) {
+        assert!(self.child.is_none(), "stop nats-server first");
+        std::fs::remove_dir_all(&self.store).expect("remove the store");
+    }
+
     /// SIGKILL, and wait until the process is gone.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -1,0 +1,337 @@
+//! Replicas that never lie, under what stalls and what an operator does to NATS by mistake (real
+//! `nats-server -js` on loopback, real `lathe serve` replicas, static vectors; docs/faults.md
+//! rows 36–41):
+//!
+//! - nats-server paused (SIGSTOP) for 30 s: replicas that cannot read the log stop vouching for
+//!   their data (NOT_SERVING once they have not read it for `max_lag_seconds`); after SIGCONT a
+//!   write is applied everywhere within 5 s, not after the consumer's 30 s pull expiry.
+//! - A replica paused for 70 s while 2,000 writes land on another: no read it answers while
+//!   SERVING misses a write stored more than `max_lag_seconds` before it, and it catches up.
+//! - The stream purged, deleted, or nats-server restarted on an empty store: every running
+//!   replica notices within 10 s (NOT_SERVING, one ERROR, `lathe_replication_log_lost` 1) and
+//!   refuses writes with FAILED_PRECONDITION; nothing is acknowledged and then dropped.
+//! - A stream whose subjects overlap the log's (`lathe` beside `LATHE`) stops the start with a
+//!   message naming `replication.stream`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::binary;
+use common::nats::Nats;
+use common::replica::*;
+use lathe::api::proto;
+use tonic_health::pb::health_check_response::ServingStatus;
+
+/// Replica settings of these tests: the defaults (the log read every 2 s) but
+/// `max_lag_seconds`.
+fn variables(nats: &Nats, max_lag_seconds: u64) -> Vec<(&'static str, String)> {
+    let mut variables = replica_variables(&nats.url());
+    variables.push((
+        "LATHE_REPLICATION__MAX_LAG_SECONDS",
+        max_lag_seconds.to_string(),
+    ));
+    variables
+}
+
+async fn replica(dir: &std::path::Path, nats: &Nats, max_lag_seconds: u64) -> Replica {
+    let server = binary::start(dir, &variables(nats, max_lag_seconds));
+    let replica = Replica {
+        client: binary::connect(&server.address).await,
+        server,
+    };
+    replica.until_ready(Duration::from_secs(60)).await;
+    replica
+}
+
+fn metric(replica: &Replica, name: &str) -> f64 {
+    let body = binary::scrape_metrics(&replica.server.metrics_address);
+    body.lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{body}"))
+}
+
+/// Waits (up to `limit`) until `replica` reports `status`; how long that took.
+async fn until_health(replica: &Replica, status: ServingStatus, limit: Duration) -> Duration {
+    let started = Instant::now();
+    while replica.health().await != status {
+        assert!(started.elapsed() < limit, "not {status:?} within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_stall_is_recovered_within_seconds_and_replicas_that_cannot_read_the_log_stop_vouching(
+) {
+    const MAX_LAG: u64 = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    let mut a = replica(&dir.path().join("a"), &nats, MAX_LAG).await;
+    let mut b = replica(&dir.path().join("b"), &nats, MAX_LAG).await;
+    create(&mut a.client, "c").await;
+    let token = write(&mut a.client, "c", documents(0..20, 30)).await;
+    let ids: Vec<String> = (0..20).map(|doc| format!("doc{doc}")).collect();
+    assert_eq!(present(&mut b.client, "c", &ids, token).await.len(), 20);
+
+    signal(nats.pid(), "-STOP");
+    // Neither can read the log: once they have not for max_lag_seconds, they stop vouching.
+    for replica in [&a, &b] {
+        until_health(
+            replica,
+            ServingStatus::NotServing,
+            Duration::from_secs(MAX_LAG + 5),
+        )
+        .await;
+    }
+    // Reads are still answered, from what each holds.
+    assert_eq!(present(&mut b.client, "c", &ids, 0).await.len(), 20);
+    tokio::time::sleep(Duration::from_secs(30 - MAX_LAG - 5)).await;
+    signal(nats.pid(), "-CONT");
+    let resumed = Instant::now();
+
+    // A write with wait=true, and its token read on the other replica: both within 5 s.
+    let reply = a
+        .client
+        .upsert_documents(proto::UpsertDocumentsRequest {
+            collection: "c".into(),
+            documents: documents(20..21, 30),
+            wait: true,
+            write_id: String::new(),
+        })
+        .await
+        .expect("a write once nats-server is back")
+        .into_inner();
+    let mut read = tonic::Request::new({
+        let mut request = common::retrieve_request("c", "document", 512);
+        request.consistency_token = reply.consistency_token;
+        request.filter = Some(proto::Filter {
+            metadata: Vec::new(),
+            doc_ids: vec!["doc20".into()],
+        });
+        request
+    });
+    read.set_timeout(Duration::from_secs(10));
+    let answer = b.client.retrieve(read).await.expect("read at the token");
+    assert_eq!(answer.into_inner().chunks[0].doc_id, "doc20");
+    let applied_everywhere = resumed.elapsed();
+    println!("after SIGCONT: the write applied on both replicas in {applied_everywhere:?}");
+    assert!(
+        applied_everywhere <= Duration::from_secs(5),
+        "the write took {applied_everywhere:?} after nats-server resumed to be applied on both"
+    );
+    for replica in [&a, &b] {
+        until_health(replica, ServingStatus::Serving, Duration::from_secs(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_paused_during_2000_writes_never_serves_older_than_its_max_lag() {
+    const MAX_LAG: u64 = 60;
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    let mut writer = replica(&dir.path().join("writer"), &nats, MAX_LAG).await;
+    let mut paused = replica(&dir.path().join("paused"), &nats, MAX_LAG).await;
+    create(&mut writer.client, "c").await;
+    write(&mut writer.client, "c", documents(0..1, 20)).await;
+    let pid = paused.server.child.id();
+    signal(pid, "-STOP");
+    let stopped = Instant::now();
+    // 2,000 writes over the pause, each remembered with when its acknowledgement came.
+    let mut written: Vec<(Instant, u64)> = Vec::new();
+    for doc in 0..2_000usize {
+        let token = write(&mut writer.client, "c", documents(doc..doc + 1, 12)).await;
+        written.push((Instant::now(), token));
+        let due = stopped + Duration::from_millis(30 * doc as u64);
+        tokio::time::sleep(due.saturating_duration_since(Instant::now())).await;
+    }
+    tokio::time::sleep(Duration::from_secs(70).saturating_sub(stopped.elapsed())).await;
+    signal(pid, "-CONT");
+    let resumed = Instant::now();
+    let head = written.last().unwrap().1;
+
+    // Every read answered while SERVING (health before and after it) holds every write
+    // acknowledged more than MAX_LAG before it.
+    let ids = vec!["doc0".to_string()];
+    let mut served_reads = 0;
+    loop {
+        let before = paused.health().await;
+        let asked = Instant::now();
+        let mut request = common::retrieve_request("c", "document", 256);
+        request.filter = Some(proto::Filter {
+            metadata: Vec::new(),
+            doc_ids: ids.clone(),
+        });
+        let position = paused
+            .client
+            .retrieve(request)
+            .await
+            .expect("reads are answered")
+            .into_inner()
+            .log_position;
+        let after = paused.health().await;
+        if before == ServingStatus::Serving && after == ServingStatus::Serving {
+            served_reads += 1;
+            let due = written
+                .iter()
+                .take_while(|(at, _)| asked.duration_since(*at) > Duration::from_secs(MAX_LAG))
+                .last()
+                .map_or(0, |(_, token)| *token);
+            assert!(
+                position >= due,
+                "answered while SERVING at position {position}, missing writes acknowledged over {MAX_LAG} s before (up to {due}), {:?} after SIGCONT",
+                resumed.elapsed()
+            );
+            if position >= head {
+                break;
+            }
+        }
+        assert!(
+            resumed.elapsed() < Duration::from_secs(120),
+            "not caught up with {head} two minutes after SIGCONT (at {position})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(served_reads > 0);
+    println!(
+        "caught up with {head} entries {:?} after SIGCONT; {served_reads} reads answered while SERVING on the way",
+        resumed.elapsed()
+    );
+    // Caught up: every write is there.
+    let all: Vec<String> = (0..2_000).map(|doc| format!("doc{doc}")).collect();
+    for chunk in all.chunks(100) {
+        assert_eq!(
+            present(&mut paused.client, "c", chunk, head).await.len(),
+            100
+        );
+    }
+}
+
+/// Waits until `replica` has noticed its log is lost: NOT_SERVING, one ERROR naming `cause`,
+/// the metric at 1, writes refused; within `limit` of `since`.
+async fn assert_lost(replica: &mut Replica, cause: &str, since: Instant, limit: Duration) {
+    let line = binary::wait_for_line(&replica.server.log, "is lost", limit);
+    println!("`{cause}` noticed {:?} after it happened", since.elapsed());
+    assert!(line.contains("ERROR") && line.contains(cause), "{line}");
+    assert!(
+        since.elapsed() <= limit,
+        "noticed {:?} after the log was lost",
+        since.elapsed()
+    );
+    assert_eq!(replica.health().await, ServingStatus::NotServing);
+    assert_eq!(metric(replica, "lathe_replication_log_lost"), 1.0);
+    assert_write_refused(&mut replica.client, cause).await;
+    // What it holds is still served.
+    assert_eq!(
+        present(&mut replica.client, "c", &["doc0".into()], 0)
+            .await
+            .len(),
+        1
+    );
+}
+
+async fn two_replicas_with_documents(dir: &std::path::Path, nats: &Nats) -> (Replica, Replica) {
+    let mut a = replica(&dir.join("a"), nats, 60).await;
+    let mut b = replica(&dir.join("b"), nats, 60).await;
+    create(&mut a.client, "c").await;
+    let token = write(&mut a.client, "c", documents(0..10, 20)).await;
+    let ids: Vec<String> = (0..10).map(|doc| format!("doc{doc}")).collect();
+    assert_eq!(present(&mut b.client, "c", &ids, token).await.len(), 10);
+    // What they logged while starting is not what is looked for.
+    while a.server.log.try_recv().is_ok() {}
+    while b.server.log.try_recv().is_ok() {}
+    (a, b)
+}
+
+async fn jetstream(nats: &Nats) -> async_nats::jetstream::Context {
+    let client = async_nats::connect(nats.url())
+        .await
+        .expect("connect to nats");
+    async_nats::jetstream::new(client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_log_is_noticed_by_every_replica_and_no_write_is_taken_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    let (mut a, mut b) = two_replicas_with_documents(dir.path(), &nats).await;
+    let mut stream = jetstream(&nats).await.get_stream("LATHE").await.unwrap();
+    stream.purge().await.expect("purge the stream");
+    let purged = Instant::now();
+    for replica in [&mut a, &mut b] {
+        assert_lost(replica, "was purged", purged, Duration::from_secs(10)).await;
+    }
+    // Nothing was published after the purge was noticed: the log holds no entry.
+    let info = stream.info().await.unwrap();
+    assert_eq!(info.state.messages, 0, "{info:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_log_and_a_nats_server_on_an_empty_store_are_noticed_and_never_remade() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nats = Nats::start(dir.path(), None);
+    let (mut a, mut b) = two_replicas_with_documents(dir.path(), &nats).await;
+    jetstream(&nats)
+        .await
+        .delete_stream("LATHE")
+        .await
+        .expect("delete the stream");
+    let deleted = Instant::now();
+    for replica in [&mut a, &mut b] {
+        assert_lost(
+            replica,
+            "no longer exists",
+            deleted,
+            Duration::from_secs(10),
+        )
+        .await;
+    }
+    // No replica made the stream again.
+    assert!(jetstream(&nats).await.get_stream("LATHE").await.is_err());
+    drop((a, b));
+
+    // nats-server restarted on an empty store, under running replicas.
+    let dir = tempfile::tempdir().unwrap();
+    nats.kill();
+    nats.wipe_store();
+    nats.restart();
+    let (mut a, mut b) = two_replicas_with_documents(dir.path(), &nats).await;
+    nats.kill();
+    nats.wipe_store();
+    nats.restart();
+    let restarted = Instant::now();
+    for replica in [&mut a, &mut b] {
+        assert_lost(
+            replica,
+            "no longer exists",
+            restarted,
+            Duration::from_secs(15),
+        )
+        .await;
+    }
+    assert!(jetstream(&nats).await.get_stream("LATHE").await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_overlapping_the_logs_subjects_stops_the_start_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    jetstream(&nats)
+        .await
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: "lathe".into(),
+            subjects: vec!["lathe.log.>".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("another stream");
+    let mut spawned = binary::spawn(&dir.path().join("a"), &variables(&nats, 60));
+    let status = binary::wait_for_exit(&mut spawned.child, Duration::from_secs(60));
+    assert!(!status.success());
+    let log: Vec<String> = spawned.log.try_iter().collect();
+    let line = log
+        .iter()
+        .find(|line| line.contains("replication.stream"))
+        .unwrap_or_else(|| panic!("{log:#?}"));
+    assert!(line.contains("overlap"), "{line}");
+}
