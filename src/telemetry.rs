@@ -35,6 +35,9 @@ pub struct Metrics {
     pub collection_damaged: IntGaugeVec,
     pub index_writers_open: IntGauge,
     pub index_writer_evictions: IntCounter,
+    /// The scrub: bytes read again, and files found changed (`storage.scrub_interval_s`).
+    pub scrub_bytes: IntCounter,
+    pub scrub_findings: IntCounter,
     /// The embedding model's runtime (read at scrape time; zero without a model that runs one).
     pub inference: InferenceMetrics,
     /// With replication: this replica's progress through the log (read at scrape time) and the
@@ -400,7 +403,23 @@ impl Metrics {
             "Index writers committed and closed to make room for another collection's",
         )
         .expect("static metric");
+        let counter_of = |name: &str, help: &str| {
+            register(
+                &registry,
+                IntCounter::new(name, help).expect("static metric"),
+            )
+        };
+        let scrub_bytes = counter_of(
+            "scrub_bytes_total",
+            "Bytes of collection files read again and checked by the scrub",
+        );
+        let scrub_findings = counter_of(
+            "scrub_findings_total",
+            "Files the scrub found changed on disk (a tantivy file: its collection is damaged; a dense segment: rebuilt)",
+        );
         Self {
+            scrub_bytes,
+            scrub_findings,
             requests: request.requests,
             request_seconds: request.request_seconds,
             in_flight: request.in_flight,

@@ -264,13 +264,29 @@ async fn verify(
     }
 }
 
+/// Copies the files of `from` (a live server's folder: a commit may remove a file while it is
+/// copied, and then the whole copy is made again).
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_file() && entry.file_name() != ".tantivy-writer.lock" {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    for _ in 0..10 {
+        let copied = std::fs::read_dir(from).unwrap().try_for_each(|entry| {
+            let entry = entry?;
+            if entry.file_type()?.is_file() && entry.file_name() != ".tantivy-writer.lock" {
+                std::fs::copy(entry.path(), to.join(entry.file_name()))?;
+            }
+            Ok::<(), std::io::Error>(())
+        });
+        match copied {
+            Ok(()) => return,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                for entry in std::fs::read_dir(to).unwrap() {
+                    std::fs::remove_file(entry.unwrap().path()).unwrap();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(error) => panic!("copying {}: {error}", from.display()),
         }
     }
+    panic!("{} kept changing while it was copied", from.display());
 }
 
 /// Rounds of the dense test, and its live segment's size: sealed after every few documents.

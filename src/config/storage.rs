@@ -26,6 +26,12 @@ pub struct StorageConfig {
     pub max_open_writers: usize,
     /// A collection's writer is closed after this long without writes (milliseconds).
     pub writer_idle_ms: u64,
+    /// Every this many seconds each open collection's files are read again and checked against
+    /// their checksums (tantivy's footers, the dense manifest): a file changed on disk after it
+    /// was verified is found within one interval (0: never).
+    pub scrub_interval_s: u64,
+    /// How fast the scrub reads (bytes per second; 0: as fast as the disk goes).
+    pub scrub_bytes_per_second: u64,
 }
 
 impl Default for StorageConfig {
@@ -38,6 +44,8 @@ impl Default for StorageConfig {
             writer_threads: 2,
             max_open_writers: 8,
             writer_idle_ms: 10_000,
+            scrub_interval_s: 3_600,
+            scrub_bytes_per_second: 32 << 20,
         }
     }
 }

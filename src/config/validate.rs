@@ -156,6 +156,11 @@ impl Config {
             self.storage.writer_idle_ms >= 1,
             "storage.writer_idle_ms must be at least 1",
         )?;
+        check(
+            self.storage.scrub_bytes_per_second == 0
+                || self.storage.scrub_bytes_per_second >= 1 << 20,
+            "storage.scrub_bytes_per_second must be 0 (unpaced) or at least 1048576",
+        )?;
         Ok(())
     }
 

@@ -39,6 +39,7 @@ mod load;
 mod merge;
 mod merge_policy;
 mod persist;
+mod scrub;
 mod search;
 mod segment;
 #[cfg(test)]

@@ -19,6 +19,7 @@ mod ingestor;
 mod metrics;
 mod replica;
 mod retrieve;
+mod scrub;
 mod write;
 
 use std::collections::BTreeSet;
@@ -73,6 +74,8 @@ pub struct Engine {
     /// the loop applying it.
     replication: OnceLock<Arc<Replication>>,
     apply_task: Mutex<Option<ApplyTask>>,
+    /// The scrub of every open collection's files, once started.
+    scrub: Mutex<Option<scrub::ScrubTask>>,
 }
 
 impl Engine {
@@ -158,13 +161,16 @@ impl Engine {
             published_collections: Mutex::new(BTreeSet::new()),
             replication: OnceLock::new(),
             apply_task: Mutex::new(None),
+            scrub: Mutex::new(None),
         })
     }
 
     /// On a single node: starts the index workers of the writes the queue holds (from before a
-    /// restart) and the pruning of ended operations. Call once, inside the runtime.
+    /// restart) and the pruning of ended operations; and the scrub of every collection's files
+    /// (see `scrub`). Call once, inside the runtime.
     pub fn start_writes(&self) {
         self.ingestor.start();
+        *self.scrub.lock().unwrap_or_else(|p| p.into_inner()) = self.start_scrub();
     }
 
     /// With `replication.nats_url` set: connects to the log (in the background: reads are
@@ -245,6 +251,9 @@ impl Engine {
     /// nobody waits for the pool's work: it is abandoned (inference stops at its next model run)
     /// so that the process never exits under a running ONNX Runtime kernel (see `cpu_pool`).
     pub fn shutdown(&self) {
+        if let Some(scrub) = self.scrub.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            scrub.stop();
+        }
         self.pool.stop();
         self.ingestor.background.stop();
         self.catalog.shutdown();

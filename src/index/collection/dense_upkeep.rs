@@ -232,7 +232,7 @@ pub fn open_dense_index(
 
 /// Hands `insert` the stored vectors of the live sections whose keys are in `wanted` (only those
 /// are decoded), `batch` at a time, in index order; returns how many it handed over.
-fn replay_stored_vectors(
+pub(super) fn replay_stored_vectors(
     snapshot: &Snapshot,
     fields: &SectionFields,
     dim: usize,

@@ -286,6 +286,93 @@ fn crc32_of_prefix(file: &Path, prefix: usize, expected_bytes: usize) -> io::Res
     Ok(hasher.finalize())
 }
 
+/// Paces a scrub's reads to `bytes_per_second` (0: unpaced) and stops them once `stop` is set.
+pub struct Pace<'a> {
+    bytes_per_second: u64,
+    started: std::time::Instant,
+    read: u64,
+    stop: &'a std::sync::atomic::AtomicBool,
+}
+
+impl<'a> Pace<'a> {
+    pub fn new(bytes_per_second: u64, stop: &'a std::sync::atomic::AtomicBool) -> Self {
+        Self {
+            bytes_per_second,
+            started: std::time::Instant::now(),
+            read: 0,
+            stop,
+        }
+    }
+
+    /// Counts `bytes` read, then sleeps until the rate is kept; `false` once told to stop.
+    pub fn read(&mut self, bytes: usize) -> bool {
+        self.read += bytes as u64;
+        if self.bytes_per_second > 0 {
+            let due =
+                std::time::Duration::from_secs_f64(self.read as f64 / self.bytes_per_second as f64);
+            if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
+                std::thread::sleep(ahead.min(std::time::Duration::from_secs(1)));
+            }
+        }
+        !self.stopped()
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stop.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Bytes read so far.
+    pub fn bytes(&self) -> u64 {
+        self.read
+    }
+}
+
+/// Re-verifies a tantivy file's footer checksum from plain reads, paced (a scrub): `Ok(false)`
+/// when the file is gone (merged away meanwhile) or the scrub was told to stop, `Err` why it
+/// fails.
+pub fn scrub_tantivy_file(file: &Path, pace: &mut Pace) -> Result<bool, String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut opened = match std::fs::File::open(file) {
+        Ok(opened) => opened,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(error) => return Err(format!("cannot be read ({error})")),
+    };
+    let unreadable = |error: io::Error| format!("cannot be read ({error})");
+    let length = opened.metadata().map_err(unreadable)?.len();
+    let tail_bytes = length.min(64 << 10);
+    let mut tail = vec![0u8; tail_bytes as usize];
+    opened
+        .seek(SeekFrom::Start(length - tail_bytes))
+        .and_then(|_| opened.read_exact(&mut tail))
+        .map_err(unreadable)?;
+    let (footer, body) = Footer::extract_footer(FileSlice::from(tail))
+        .map_err(|error| format!("has no readable footer ({error})"))?;
+    let prefix = length - (tail_bytes - body.num_bytes().get_bytes());
+    opened.seek(SeekFrom::Start(0)).map_err(unreadable)?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buffer = vec![0u8; CHECKSUM_READ_BYTES];
+    let mut left = prefix;
+    while left > 0 {
+        let wanted = left.min(buffer.len() as u64) as usize;
+        opened
+            .read_exact(&mut buffer[..wanted])
+            .map_err(unreadable)?;
+        hasher.update(&buffer[..wanted]);
+        left -= wanted as u64;
+        if !pace.read(wanted) {
+            return Ok(false);
+        }
+    }
+    let crc = hasher.finalize();
+    if crc != footer.crc {
+        return Err(format!(
+            "fails its checksum (its footer says crc32 {:08x}, its contents have {crc:08x})",
+            footer.crc
+        ));
+    }
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@ pub mod integrity;
 mod reader;
 mod records;
 pub mod schema;
+mod scrub;
 mod section_document;
 mod snapshot;
 mod stems;
