@@ -35,6 +35,13 @@ async fn start(data_dir: &Path) -> (Server, Client) {
     (server, client)
 }
 
+/// SIGTERM and a clean exit.
+fn stop(mut server: Server) {
+    binary::sigterm(&server.child);
+    let status = binary::wait_for_exit(&mut server.child, Duration::from_secs(60));
+    assert!(status.success(), "lathe serve exited with {status}");
+}
+
 const WORDS: [&str; 16] = [
     "river", "granite", "lantern", "orchard", "voltage", "harbor", "meadow", "cipher", "falcon",
     "quarry", "saddle", "thimble", "walnut", "zephyr", "beacon", "copper",
@@ -138,6 +145,7 @@ async fn a_tantivy_file_changed_under_a_running_server_is_found_by_the_scrub() {
     assert_eq!(info.state(), proto::CollectionState::Damaged, "{info:?}");
     assert!(info.reason.contains("found by the scrub"), "{info:?}");
     assert!(scrub_findings(&server) >= 1.0);
+    stop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,4 +176,5 @@ async fn a_dense_segment_changed_under_a_running_server_is_rebuilt_from_the_stor
     assert_eq!(info.state(), proto::CollectionState::Ready, "{info:?}");
     assert_eq!(answers(&mut client, "d").await, before);
     assert!(scrub_findings(&server) >= 1.0);
+    stop(server);
 }
