@@ -64,7 +64,7 @@ isolation)
   applied=$(awk '{ split($6, mb, "/"); done += mb[1] } END { printf "%.3f", done }' $out/during-ops.txt)
   wait $ing
   echo "ingest alone: $t_alone s for $total MB; ingest during reads: $(cat $out/during-ingest.txt) s in all," \
-    "$applied MB applied in the first $overlap s (while the readers ran): $(echo "scale=3; ($applied / $overlap) / ($total / $t_alone)" | bc)x the rate alone"
+    "$applied MB applied in the first $overlap s (while the readers ran): $(awk -v a=$applied -v o=$overlap -v t=$total -v s=$t_alone 'BEGIN { printf "%.3f", (a / o) / (t / s) }')x the rate alone"
   echo "--- idle"; cat $out/idle.txt; echo "--- during"; cat $out/during.txt
   stop $WORK/iso;;
 esac

@@ -49,28 +49,28 @@ pub(super) enum SessionSide {
 }
 
 impl MiniLmEmbedder {
-    /// A free session, trying first the one `side` prefers (ingest the first, queries the last,
-    /// so that with two sessions a query does not wait behind an ingest batch and only the
-    /// ingest session's memory grows to a batch's); else waits for the preferred one.
+    /// A session for `side`. With two or more, the last is the queries' own and ingest takes
+    /// any of the others (the first free, else waits for the first): a query never waits
+    /// behind an ingest batch, nor runs on the ingest session's lower-priority threads, and
+    /// only the ingest sessions' memory grows to a batch's. With one, both share it.
     pub(super) fn acquire_session(&self, side: SessionSide) -> MutexGuard<'_, Session> {
         let count = self.sessions.len();
-        let first = match side {
-            SessionSide::Ingest => 0,
-            SessionSide::Query => count - 1,
+        let lock = |index: usize| {
+            // A panic inside a run leaves the session itself usable: runs keep no state
+            // between calls.
+            self.sessions[index]
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
         };
-        for offset in 0..count {
-            let index = match side {
-                SessionSide::Ingest => first + offset,
-                SessionSide::Query => first - offset,
-            };
-            if let Ok(guard) = self.sessions[index].try_lock() {
-                return guard;
-            }
+        if count < 2 {
+            return lock(0);
         }
-        // A panic inside a run leaves the session itself usable: runs keep no state between calls.
-        self.sessions[first]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        match side {
+            SessionSide::Query => lock(count - 1),
+            SessionSide::Ingest => (0..count - 1)
+                .find_map(|index| self.sessions[index].try_lock().ok())
+                .unwrap_or_else(|| lock(0)),
+        }
     }
 }
 
@@ -243,7 +243,7 @@ mod tests {
     }
 
     #[test]
-    fn ingest_takes_the_first_free_session_and_queries_the_last() {
+    fn ingest_and_queries_each_keep_to_their_own_session() {
         let embedder = two_session_embedder();
         {
             let _ingest = embedder.acquire_session(SessionSide::Ingest);
@@ -252,12 +252,18 @@ mod tests {
             let _query = embedder.acquire_session(SessionSide::Query);
             assert_eq!(held(&embedder), [true, true]);
         }
-        {
-            let _query = embedder.acquire_session(SessionSide::Query);
-            assert_eq!(held(&embedder), [false, true]);
-            // A second ingest run while one holds the first session takes the free one.
-            let _first = embedder.acquire_session(SessionSide::Ingest);
-            assert_eq!(held(&embedder), [true, true]);
-        }
+        // A second ingest run waits for the ingest session: it never takes the queries'.
+        let first = embedder.acquire_session(SessionSide::Ingest);
+        std::thread::scope(|scope| {
+            let second = scope.spawn(|| {
+                let _second = embedder.acquire_session(SessionSide::Ingest);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert_eq!(held(&embedder), [true, false]);
+            assert!(!second.is_finished());
+            drop(first);
+            second.join().unwrap();
+        });
+        assert_eq!(held(&embedder), [false, false]);
     }
 }
