@@ -17,6 +17,9 @@ const LATENCY_BUCKETS: &[f64] = &[
 
 pub struct Metrics {
     registry: Registry,
+    /// The standard `process_*` series (CPU seconds, resident and virtual memory, open and
+    /// maximum file descriptors, threads, start time), unprefixed as every exporter names them.
+    process: Registry,
     pub requests: IntCounterVec,
     pub request_seconds: HistogramVec,
     pub stage_seconds: HistogramVec,
@@ -417,7 +420,24 @@ impl Metrics {
             "scrub_findings_total",
             "Files the scrub found changed on disk (a tantivy file: its collection is damaged; a dense segment: rebuilt)",
         );
+        let build_info = register(
+            &registry,
+            IntGaugeVec::new(
+                prometheus::Opts::new("build_info", "1, labelled with the running build's version"),
+                &["version"],
+            )
+            .expect("static metric"),
+        );
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        let process = Registry::new();
+        #[cfg(target_os = "linux")]
+        let _ = process.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ));
         Self {
+            process,
             scrub_bytes,
             scrub_findings,
             requests: request.requests,
@@ -445,7 +465,9 @@ impl Metrics {
     /// The text exposition format.
     pub fn render(&self) -> String {
         let mut buffer = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buffer);
+        let mut families = self.registry.gather();
+        families.extend(self.process.gather());
+        let _ = TextEncoder::new().encode(&families, &mut buffer);
         String::from_utf8(buffer).unwrap_or_default()
     }
 }
@@ -498,6 +520,15 @@ mod tests {
             "lathe_stage_duration_seconds_bucket",
             "lathe_cache_lookups_total{cache=\"result\",result=\"hit\"} 1",
             "lathe_requests_in_flight 0",
+            concat!(
+                "lathe_build_info{version=\"",
+                env!("CARGO_PKG_VERSION"),
+                "\"} 1"
+            ),
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_max_fds ",
         ] {
             assert!(text.contains(series), "missing {series} in\n{text}");
         }
