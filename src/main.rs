@@ -123,7 +123,15 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("lathe: {error:#}");
+            // A status the server answered reads as gRPC names it (`NOT_FOUND: …`).
+            let causes: Vec<String> = error
+                .chain()
+                .map(|cause| match cause.downcast_ref::<tonic::Status>() {
+                    Some(status) => lathe_tools::client::status_line(status),
+                    None => cause.to_string(),
+                })
+                .collect();
+            eprintln!("lathe: {}", causes.join(": "));
             ExitCode::FAILURE
         }
     }

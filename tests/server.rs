@@ -933,3 +933,27 @@ async fn an_ambiguous_query_is_answered_from_more_documents_unless_diversity_is_
         })
         .await;
 }
+
+/// The CLI prints a status the server answered as gRPC names it, with the server's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_names_a_refusal_by_its_grpc_code() {
+    common::Fixture::lexical()
+        .run(|served| async move {
+            let address = served.address.to_string();
+            let output = tokio::task::spawn_blocking(move || {
+                std::process::Command::new(env!("CARGO_BIN_EXE_lathe"))
+                    .args(["query", "--addr", &address, "-c", "nope", "hello"])
+                    .output()
+            })
+            .await
+            .unwrap()
+            .expect("run lathe query");
+            assert!(!output.status.success());
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                stderr.contains("NOT_FOUND: collection `nope` not found"),
+                "{stderr}"
+            );
+        })
+        .await;
+}

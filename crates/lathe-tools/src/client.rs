@@ -42,6 +42,23 @@ pub async fn connect_with_message_limit(
         .max_encoding_message_size(message_bytes))
 }
 
+/// A status as gRPC names it: `NOT_FOUND: <the server's message>`.
+pub fn status_line(status: &tonic::Status) -> String {
+    format!("{}: {}", code_name(status.code()), status.message())
+}
+
+/// A code's gRPC name (`DEADLINE_EXCEEDED`), not Rust's (`DeadlineExceeded`).
+pub fn code_name(code: tonic::Code) -> String {
+    let mut name = String::new();
+    for (i, c) in format!("{code:?}").chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            name.push('_');
+        }
+        name.push(c.to_ascii_uppercase());
+    }
+    name
+}
+
 /// The proto strategy a user names (`fixed`, `sentence`, `recursive`, `structure`, `auto`,
 /// `semantic`, `csv`, `code`).
 pub fn strategy_from_name(name: &str) -> anyhow::Result<proto::ChunkStrategy> {
@@ -107,6 +124,20 @@ pub fn serve_command(binary: &Path, models_dir: &Path, data_dir: &Path, dense: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn codes_print_as_grpc_names_them() {
+        assert_eq!(code_name(tonic::Code::NotFound), "NOT_FOUND");
+        assert_eq!(
+            code_name(tonic::Code::DeadlineExceeded),
+            "DEADLINE_EXCEEDED"
+        );
+        assert_eq!(code_name(tonic::Code::Ok), "OK");
+        assert_eq!(
+            status_line(&tonic::Status::resource_exhausted("queue full")),
+            "RESOURCE_EXHAUSTED: queue full"
+        );
+    }
 
     #[test]
     fn strategy_names_parse_case_insensitively_and_unknown_names_list_the_choices() {

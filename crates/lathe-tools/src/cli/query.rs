@@ -107,7 +107,7 @@ pub async fn query(args: QueryArgs) -> anyhow::Result<()> {
     let response = client
         .retrieve(request)
         .await
-        .map_err(|status| anyhow::anyhow!("{:?}: {}", status.code(), status.message()))?
+        .map_err(|status| anyhow::anyhow!("{}", crate::client::status_line(&status)))?
         .into_inner();
     let mut out = std::io::stdout().lock();
     match print_response(&mut out, &response, args.json) {

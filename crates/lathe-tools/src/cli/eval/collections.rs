@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::Context;
 use tonic::transport::Channel;
 
-use crate::client::{unique_collection_name, upload_in_batches};
+use crate::client::{status_line, unique_collection_name, upload_in_batches};
 use crate::eval::splitter::RecursiveCharacterSplitter;
 use crate::proto;
 use crate::proto::lathe_client::LatheClient;
@@ -82,13 +82,7 @@ async fn create_collection(
             settings,
         })
         .await
-        .map_err(|s| {
-            anyhow::anyhow!(
-                "creating collection {name}: {:?}: {}",
-                s.code(),
-                s.message()
-            )
-        })?;
+        .map_err(|s| anyhow::anyhow!("creating collection {name}: {}", status_line(&s)))?;
     Ok(())
 }
 
@@ -101,9 +95,7 @@ async fn upload(
     let started = Instant::now();
     let response = upload_in_batches(client, collection, documents, UPLOAD_BATCH)
         .await
-        .map_err(|s| {
-            anyhow::anyhow!("uploading to {collection}: {:?}: {}", s.code(), s.message())
-        })?;
+        .map_err(|s| anyhow::anyhow!("uploading to {collection}: {}", status_line(&s)))?;
     Ok((
         response.documents,
         response.sections,
@@ -206,9 +198,8 @@ async fn reused(
         }
         Err(status) if status.code() == tonic::Code::NotFound => Ok(false),
         Err(status) => Err(anyhow::anyhow!(
-            "looking up collection {collection}: {:?}: {}",
-            status.code(),
-            status.message()
+            "looking up collection {collection}: {}",
+            status_line(&status)
         )),
     }
 }

@@ -209,12 +209,11 @@ impl CellRun<'_> {
             let response = response
                 .map_err(|s| {
                     anyhow::anyhow!(
-                        "retrieve for {} ({} @ {}) failed: {:?}: {}",
+                        "retrieve for {} ({} @ {}) failed: {}",
                         query.qid,
                         self.system.label,
                         self.budget,
-                        s.code(),
-                        s.message()
+                        crate::client::status_line(&s)
                     )
                 })?
                 .into_inner();

@@ -160,11 +160,10 @@ fn batch_failed(
     progress: &Progress,
 ) -> anyhow::Error {
     anyhow::anyhow!(
-        "upserting documents {}..{} failed: {:?}: {} ({} of the {} documents are stored; run the command again to resume)",
+        "upserting documents {}..{} failed: {} ({} of the {} documents are stored; run the command again to resume)",
         range.start,
         range.end,
-        status.code(),
-        status.message(),
+        crate::client::status_line(status),
         progress.documents,
         progress.total_documents,
     )
