@@ -331,7 +331,7 @@ async fn past_the_queue_bound_a_write_is_refused_with_a_retry_delay_and_reads_go
                     .map(|i| {
                         document(
                             &format!("{prefix}{i}"),
-                            &long_text(i, 70_000),
+                            &long_text(i, 55_000),
                             Format::Plain,
                         )
                     })
@@ -345,7 +345,7 @@ async fn past_the_queue_bound_a_write_is_refused_with_a_retry_delay_and_reads_go
             let refused = client
                 .upsert_documents(upsert_request("c", big("second")))
                 .await
-                .expect_err("the queue holds 700 KB of its 1 MiB");
+                .expect_err("the queue holds 550 KB of its 1 MiB");
             assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
             for part in [
                 "ingest.max_queued_bytes",
