@@ -6,15 +6,14 @@ never overflows the context window, and every chunk carries its exact offsets fo
     python examples/rag_retriever.py --address 127.0.0.1:50051 --demo "which port does lathe use?"
 
 --demo creates a small collection first. With langchain-core installed
-(`pip install 'lathe-client[langchain]'`), `LatheRetriever` plugs Lathe into any LangChain chain
-as a `BaseRetriever`; without it the plain `build_prompt` path still works.
+(`pip install 'lathe-client[langchain]'`), the packaged `lathe_client.langchain.LatheRetriever`
+plugs Lathe into any LangChain chain as a `BaseRetriever`; without it the plain `build_prompt`
+path still works.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
-
 from lathe_client import Chunk, Document, Lathe, LatheError
 
 PROMPT = """Answer the question using only the numbered context passages. Cite passages as [n].
@@ -44,47 +43,10 @@ def build_prompt(
 
 
 try:
-    from langchain_core.callbacks import CallbackManagerForRetrieverRun
-    from langchain_core.documents import Document as LangChainDocument
-    from langchain_core.retrievers import BaseRetriever
+    # The packaged LangChain retriever (`pip install 'lathe-client[langchain]'`).
+    from lathe_client.langchain import LatheRetriever
 except ImportError:  # langchain-core is optional
-    BaseRetriever = None  # type: ignore[assignment,misc]
-
-
-if BaseRetriever is not None:
-
-    class LatheRetriever(BaseRetriever):  # type: ignore[misc,valid-type]
-        """A LangChain retriever backed by Lathe: the returned documents fit `token_budget`."""
-
-        client: Any
-        collection: str
-        token_budget: int = 1024
-        top_k: int | None = None
-        strategy: str = "auto"
-
-        def _get_relevant_documents(
-            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
-        ) -> list[LangChainDocument]:
-            result = self.client.retrieve(
-                self.collection, query, budget=self.token_budget, top_k=self.top_k, strategy=self.strategy
-            )
-            return [
-                LangChainDocument(
-                    page_content=chunk.full_text,
-                    metadata={
-                        **chunk.metadata,
-                        "doc_id": chunk.doc_id,
-                        "section_id": chunk.section_id,
-                        "char_start": chunk.char_span.start,
-                        "char_end": chunk.char_span.end,
-                        "byte_start": chunk.byte_span.start,
-                        "byte_end": chunk.byte_span.end,
-                        "token_count": chunk.token_count,
-                        "score": chunk.score,
-                    },
-                )
-                for chunk in result.chunks
-            ]
+    LatheRetriever = None  # type: ignore[assignment,misc]
 
 
 DEMO_DOCUMENTS = [
@@ -125,8 +87,10 @@ def main() -> int:
         prompt, chunks = build_prompt(lathe, arguments.collection, arguments.question, arguments.budget)
         print(prompt)
         print(f"\n# {len(chunks)} chunks, {sum(c.token_count for c in chunks)} tokens of {arguments.budget}")
-        if BaseRetriever is not None:
-            retriever = LatheRetriever(client=lathe, collection=arguments.collection, token_budget=arguments.budget)
+        if LatheRetriever is not None:
+            retriever = LatheRetriever(
+                client=lathe, collection=arguments.collection, token_budget=arguments.budget, strategy="auto"
+            )
             documents = retriever.invoke(arguments.question)
             print(f"# LangChain retriever: {len(documents)} documents")
     return 0

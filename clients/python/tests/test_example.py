@@ -7,8 +7,6 @@ import sys
 import uuid
 from pathlib import Path
 
-import pytest
-
 from conftest import ServerProcess
 from lathe_client import Document, Lathe
 
@@ -29,6 +27,9 @@ def test_the_example_script_prints_a_prompt_with_cited_context(server: ServerPro
     assert "[1] install.md chars" in completed.stdout
     assert "9090" in completed.stdout
     assert "Question: which port serves metrics?" in completed.stdout
+    # And through the packaged LangChain retriever.
+    assert "# LangChain retriever: " in completed.stdout
+    assert "# LangChain retriever: 0 documents" not in completed.stdout
 
 
 def test_build_prompt_keeps_the_context_within_budget(lathe: Lathe) -> None:
@@ -43,8 +44,9 @@ def test_build_prompt_keeps_the_context_within_budget(lathe: Lathe) -> None:
 
 
 def test_langchain_retriever_returns_documents_with_offsets(lathe: Lathe) -> None:
-    if rag_retriever.BaseRetriever is None:
-        pytest.skip("langchain-core is not installed (optional)")
+    from lathe_client.langchain import LatheRetriever
+
+    assert rag_retriever.LatheRetriever is LatheRetriever, "the example uses the packaged one"
     collection = f"rag-{uuid.uuid4().hex[:8]}"
     lathe.create_collection(collection)
     lathe.upsert(collection, [Document(id="a", text="Puffins nest on cliffs.", metadata={"lang": "en"})], wait=True)
@@ -54,3 +56,4 @@ def test_langchain_retriever_returns_documents_with_offsets(lathe: Lathe) -> Non
     assert documents[0].page_content == "Puffins nest on cliffs."
     assert documents[0].metadata["lang"] == "en"
     assert (documents[0].metadata["char_start"], documents[0].metadata["char_end"]) == (0, 23)
+

@@ -54,12 +54,14 @@ def test_every_operation_and_write_response_field_has_a_python_counterpart() -> 
 def test_every_rpc_of_the_service_is_called_by_the_client() -> None:
     from pathlib import Path
 
+    import lathe_client.aio
     import lathe_client.client
 
-    source = Path(lathe_client.client.__file__).read_text()
     service = lathe_pb2.DESCRIPTOR.services_by_name["Lathe"]
-    uncalled = [m.name for m in service.methods if f"self._stub.{m.name}" not in source]
-    assert not uncalled, f"RPCs without a client method: {uncalled}"
+    for module in (lathe_client.client, lathe_client.aio):
+        source = Path(module.__file__).read_text()
+        uncalled = [m.name for m in service.methods if f"self._stub.{m.name}" not in source]
+        assert not uncalled, f"RPCs without a {module.__name__} method: {uncalled}"
 
 
 

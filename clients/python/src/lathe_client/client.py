@@ -2,101 +2,62 @@
 
 from __future__ import annotations
 
-import json
-import os
 import time
-import uuid
-import warnings
-from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lathe_client._proto.lathe.v1 import lathe_pb2, lathe_pb2_grpc
-from lathe_client.batching import batch_end
-from lathe_client.errors import LatheError, OperationFailed, WriteQueued
+from lathe_client._wire import (
+    _CLIENT_TIMEOUT,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_BATCH_DOCUMENTS,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    SERVICE_NAME,
+    DocumentLike,
+    PemLike,
+    StrategyLike,
+    _ClientBase,
+    _collection_from_proto,
+    _create_collection_request,
+    _deadline,
+    _new_write_id,
+    _not_ready,
+    _operation_from_proto,
+    _retrieve_from_proto,
+    _retrieve_request,
+    _serving_status_name,
+    _upload_requests,
+    _UseClientTimeout,
+    _visible_request,
+    _wait_over,
+    _wait_step,
+    _warn_ignored_batch_sizing,
+    _Write,
+)
+
+# Shared with AsyncLathe in _wire; still importable from here, where they used to live.
+from lathe_client._wire import MAX_WRITE_ID_BYTES as MAX_WRITE_ID_BYTES
+from lathe_client._wire import WAIT_STEP_SECONDS as WAIT_STEP_SECONDS
+from lathe_client._wire import _chunking_from_proto as _chunking_from_proto
+from lathe_client._wire import _chunking_to_proto as _chunking_to_proto
+from lathe_client._wire import retry_service_config as retry_service_config
+from lathe_client.errors import LatheError
 from lathe_client.types import (
-    Chunk,
     Chunking,
-    ChunkStrategy,
-    ChunkUnit,
     CollectionDeleted,
     CollectionInfo,
-    CollectionSettings,
-    CollectionState,
-    CollectionStats,
-    Document,
-    DocumentFormat,
     Operation,
-    OperationKind,
-    OperationState,
     ResultOrder,
     RetrieveResult,
-    ScoreParts,
-    SectionBoundary,
-    SemanticThreshold,
-    Span,
-    StageTiming,
     WriteResult,
 )
 
-# The server's default limits.max_message_bytes.
-DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
-# The server's default limits.max_batch_documents: the most documents in one upsert request.
-DEFAULT_MAX_BATCH_DOCUMENTS = 10_000
-# The server's bound on a write_id.
-MAX_WRITE_ID_BYTES = 128
-# The name the server reports SERVING under once its indexes and models are loaded.
-SERVICE_NAME = "lathe.v1.Lathe"
-# Attempts of a call answered UNAVAILABLE or RESOURCE_EXHAUSTED (the gRPC retry policy).
-DEFAULT_MAX_ATTEMPTS = 5
-# Longest single WaitOperation call of a wait (the wait itself goes on until the write ends).
-WAIT_STEP_SECONDS = 10.0
-# A WaitOperation call's deadline past the time it asks the server to wait.
-_WAIT_CALL_SLACK_SECONDS = 5.0
-# Room left in a message for protobuf framing the client does not count.
-_MESSAGE_SLACK = 1024
-
-
-def retry_service_config(max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> str:
-    """The channel's service config: every lathe.v1.Lathe call answered UNAVAILABLE or
-    RESOURCE_EXHAUSTED (a full write queue, a server shedding load) is tried again, up to
-    `max_attempts` in all, with exponential backoff (gRPC's jittered delays of up to 0.5, 1, 2,
-    4 s, ..., at most 8 s), within the call's deadline. Writes are safe to retry because each
-    carries a write_id. CreateCollection and DeleteCollection are not retried: a retry of one
-    that was applied would answer ALREADY_EXISTS or NOT_FOUND. max_attempts 1: no retries."""
-    retried: dict[str, Any] = {"name": [{"service": SERVICE_NAME}]}
-    if max_attempts > 1:
-        retried["retryPolicy"] = {
-            "maxAttempts": max_attempts,
-            "initialBackoff": "0.5s",
-            "maxBackoff": "8s",
-            "backoffMultiplier": 2,
-            "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"],
-        }
-    not_retried = {
-        "name": [
-            {"service": SERVICE_NAME, "method": "CreateCollection"},
-            {"service": SERVICE_NAME, "method": "DeleteCollection"},
-        ]
-    }
-    return json.dumps({"methodConfig": [retried, not_retried]})
-
-
-class _UseClientTimeout:
-    """`_call`'s default deadline: the client's `timeout`."""
-
-
-_CLIENT_TIMEOUT = _UseClientTimeout()
-
-StrategyLike = Union[ChunkStrategy, str]
-DocumentLike = Union[Document, Mapping[str, Any]]
-PemLike = Union[bytes, str, "os.PathLike[str]"]
 _Result = TypeVar("_Result")
 
 
-class Lathe:
+class Lathe(_ClientBase):
     """Client of one Lathe server.
 
     >>> lathe = Lathe("127.0.0.1:50051")
@@ -128,36 +89,21 @@ class Lathe:
         max_batch_documents: int = DEFAULT_MAX_BATCH_DOCUMENTS,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> None:
-        if max_batch_documents < 1:
-            raise ValueError("max_batch_documents must be at least 1")
-        if max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
-        self.target = target
-        self.timeout = timeout
-        self._max_message_bytes = max_message_bytes
-        self._max_batch_documents = max_batch_documents
-        options: list[tuple[str, Any]] = [
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.enable_retries", 1),
-            ("grpc.service_config", retry_service_config(max_attempts)),
-            # A sent message stays buffered for a retry up to this size (default 256 KiB): as
-            # large as a message may be, so that a large write is retried too.
-            ("grpc.per_rpc_retry_buffer_size", max_message_bytes),
-        ]
-        if server_name:
-            # Lets a certificate issued for a DNS name be checked while dialling an IP address.
-            options.append(("grpc.ssl_target_name_override", server_name))
-        if tls or root_certificates is not None:
-            credentials = grpc.ssl_channel_credentials(
-                root_certificates=_read_pem(root_certificates)
-            )
-            self._channel = grpc.secure_channel(target, credentials, options=options)
-        else:
-            self._channel = grpc.insecure_channel(target, options=options)
-        self._metadata: tuple[tuple[str, str], ...] = (
-            (("authorization", f"Bearer {api_key}"),) if api_key else ()
+        super().__init__(
+            target,
+            tls=tls,
+            root_certificates=root_certificates,
+            server_name=server_name,
+            api_key=api_key,
+            timeout=timeout,
+            max_message_bytes=max_message_bytes,
+            max_batch_documents=max_batch_documents,
+            max_attempts=max_attempts,
         )
+        if self._credentials is not None:
+            self._channel = grpc.secure_channel(target, self._credentials, options=self._options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=self._options)
         self._stub = lathe_pb2_grpc.LatheStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
@@ -179,7 +125,7 @@ class Lathe:
             self._health.Check,
             health_pb2.HealthCheckRequest(service=service),
         )
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+        return _serving_status_name(response)
 
     def wait_until_ready(self, timeout: float = 30.0, service: str = SERVICE_NAME) -> None:
         """Blocks until the server reports `service` SERVING; raises LatheError(UNAVAILABLE or
@@ -193,9 +139,7 @@ class Lathe:
             except LatheError as error:
                 last_error = error
             time.sleep(0.05)
-        if last_error is not None:
-            raise last_error
-        raise LatheError(grpc.StatusCode.DEADLINE_EXCEEDED, f"{service} not SERVING after {timeout}s")
+        raise _not_ready(service, timeout, last_error)
 
     # -- collections -------------------------------------------------------------------------
 
@@ -211,12 +155,9 @@ class Lathe:
         """Creates the collection. With exist_ok=True a collection of that name already there is
         returned as it is (its settings are not compared with these) instead of raising
         ALREADY_EXISTS."""
-        settings = lathe_pb2.CollectionSettings(budget_tokenizer=budget_tokenizer)
-        if default_chunking is not None:
-            settings.default_chunking.CopyFrom(_chunking_to_proto(default_chunking))
-        if section_tokens is not None:
-            settings.section_tokens = section_tokens
-        request = lathe_pb2.CreateCollectionRequest(name=name, settings=settings)
+        request = _create_collection_request(
+            name, budget_tokenizer, default_chunking, section_tokens
+        )
         try:
             reply = self._call("CreateCollection", self._stub.CreateCollection, request)
         except LatheError as error:
@@ -277,15 +218,14 @@ class Lathe:
         With replication writes have no operations (`operation` is None): `wait=True` then
         waits, within `timeout`, until this replica has applied the write (a retrieve carrying
         its consistency token), and `progress` is not called."""
-        protos = [_document_to_proto(d) for d in documents]
         write_id = _new_write_id() if write_id is None else write_id
-        requests = self._split_upsert(collection, protos, write_id)
+        requests = self._upsert_requests(collection, documents, write_id)
         responses = [
             self._call("UpsertDocuments", self._stub.UpsertDocuments, request)
             for request in requests
         ]
         return self._written(
-            "UpsertDocuments", collection, write_id, responses, wait, progress, timeout
+            _Write("UpsertDocuments", collection, write_id, responses), wait, progress, timeout
         )
 
     def upload(
@@ -304,17 +244,10 @@ class Lathe:
         `upsert` splits a large write by itself; this streams batches the caller cuts (a
         generator is read as it is sent)."""
         write_id = _new_write_id() if write_id is None else write_id
-        requests = (
-            lathe_pb2.UpsertDocumentsRequest(
-                collection=collection,
-                documents=[_document_to_proto(d) for d in batch],
-                write_id=_part_write_id(write_id, i, 2),
-            )
-            for i, batch in enumerate(batches)
-        )
+        requests = _upload_requests(collection, batches, write_id)
         response = self._call("UploadDocuments", self._stub.UploadDocuments, requests)
         return self._written(
-            "UploadDocuments", collection, write_id, [response], wait, progress, timeout
+            _Write("UploadDocuments", collection, write_id, [response]), wait, progress, timeout
         )
 
     def upload_documents(
@@ -334,13 +267,7 @@ class Lathe:
         applies it in parts itself, and `upsert` splits what does not fit in one message.
         `progress` receives an `Operation` (it used to receive an UploadProgress); the sizing
         arguments `batch_seconds`, `first_batch_bytes` and `max_batch_documents` are ignored."""
-        if batch_seconds is not None or first_batch_bytes is not None or max_batch_documents is not None:
-            warnings.warn(
-                "upload_documents' batch sizing is ignored: the server queues writes of any size; "
-                "use upsert(..., wait=True)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
+        _warn_ignored_batch_sizing(batch_seconds, first_batch_bytes, max_batch_documents)
         return self.upsert(
             collection, documents, wait=True, write_id=write_id, progress=progress, timeout=timeout
         )
@@ -363,7 +290,7 @@ class Lathe:
         )
         response = self._call("DeleteDocuments", self._stub.DeleteDocuments, request)
         return self._written(
-            "DeleteDocuments", collection, write_id, [response], wait, progress, timeout
+            _Write("DeleteDocuments", collection, write_id, [response]), wait, progress, timeout
         )
 
     # -- operations --------------------------------------------------------------------------
@@ -390,10 +317,7 @@ class Lathe:
         until it ends), calling `progress(operation)` after each WaitOperation answer, and
         returns it as it stands then: check its `state` (this raises for neither a failed nor a
         still running operation)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        return self._wait(operation_id, deadline, progress)
-
-    # -- retrieval ---------------------------------------------------------------------------
+        return self._wait(operation_id, _deadline(timeout), progress)
 
     # -- retrieval ---------------------------------------------------------------------------
 
@@ -429,40 +353,23 @@ class Lathe:
         operation's id) makes the server answer only once that write is visible (read your
         writes without waiting on the write); with replication, once the replica has applied
         it."""
-        if chunking is None:
-            chunking = Chunking(
-                strategy=_strategy(strategy) if strategy is not None else ChunkStrategy.UNSPECIFIED,
-                max_tokens=max_tokens,
-                overlap_tokens=overlap_tokens,
-            )
-        elif strategy is not None or max_tokens is not None or overlap_tokens is not None:
-            raise ValueError("give either `chunking` or strategy/max_tokens/overlap_tokens")
-        request = lathe_pb2.RetrieveRequest(
-            collection=collection,
-            query=query,
-            token_budget=budget,
-            chunking=_chunking_to_proto(chunking),
-            order=_order(order),
+        request = _retrieve_request(
+            collection,
+            query,
+            budget=budget,
+            top_k=top_k,
+            strategy=strategy,
+            max_tokens=max_tokens,
+            overlap_tokens=overlap_tokens,
+            chunking=chunking,
+            metadata=metadata,
+            doc_ids=doc_ids,
+            order=order,
+            min_score=min_score,
+            max_chunks_per_document=max_chunks_per_document,
+            diversity=diversity,
             consistency_token=consistency_token,
         )
-        if top_k is not None:
-            request.top_k = top_k
-        if min_score is not None:
-            request.min_score = min_score
-        if max_chunks_per_document is not None:
-            request.max_chunks_per_document = max_chunks_per_document
-        if diversity is not None:
-            request.diversity = diversity
-        if metadata or doc_ids:
-            request.filter.CopyFrom(
-                lathe_pb2.Filter(
-                    metadata=[
-                        lathe_pb2.MetadataTerm(key=key, value=value)
-                        for key, value in (metadata or {}).items()
-                    ],
-                    doc_ids=list(doc_ids),
-                )
-            )
         return _retrieve_from_proto(self._call("Retrieve", self._stub.Retrieve, request))
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -480,117 +387,32 @@ class Lathe:
         except grpc.RpcError as error:
             raise LatheError.from_rpc_error(error, method) from None
 
-    def _split_upsert(
-        self, collection: str, protos: list[lathe_pb2.Document], write_id: str
-    ) -> list[lathe_pb2.UpsertDocumentsRequest]:
-        """The requests of one upsert: as few as keep each under this client's largest message
-        and the server's documents per request, in order; each with its own write id."""
-        sizes = [_field_bytes(p.ByteSize()) for p in protos]
-        # Everything but the documents, with room for the longest write id a part can carry.
-        envelope = lathe_pb2.UpsertDocumentsRequest(
-            collection=collection, write_id=write_id + "/" + "9" * 20
-        ).ByteSize()
-        budget = self._max_message_bytes - envelope - _MESSAGE_SLACK
-        for i, size in enumerate(sizes):
-            if size > budget:
-                raise LatheError(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"documents[{i}] (`{protos[i].id}`) is {size} bytes as a message, more than "
-                    f"this client sends in one ({self._max_message_bytes} bytes, "
-                    "max_message_bytes less the request's other fields); nothing was sent",
-                    "UpsertDocuments",
-                )
-        bounds, start = [], 0
-        while start < len(protos):
-            end = batch_end(sizes, start, budget, self._max_batch_documents)
-            bounds.append((start, end))
-            start = end
-        if not bounds:
-            bounds = [(0, 0)]
-        return [
-            lathe_pb2.UpsertDocumentsRequest(
-                collection=collection,
-                documents=protos[begin:end],
-                write_id=_part_write_id(write_id, i, len(bounds)),
-            )
-            for i, (begin, end) in enumerate(bounds)
-        ]
-
     def _written(
         self,
-        method: str,
-        collection: str,
-        write_id: str,
-        responses: list[lathe_pb2.WriteResponse],
+        write: _Write,
         wait: bool,
         progress: Callable[[Operation], None] | None,
         timeout: float | None,
     ) -> WriteResult:
         """The result of the requests of one write; with `wait`, once every operation they
         queued is applied."""
-        operation_ids = tuple(i for r in responses for i in r.operation_ids)
-        operation = next(
-            (
-                _operation_from_proto(r.operation)
-                for r in reversed(responses)
-                if r.HasField("operation")
-            ),
-            None,
-        )
-        documents = sum(r.documents for r in responses)
-        token = max((r.consistency_token for r in responses), default=0)
-        generation = max((r.generation for r in responses), default=0)
-        if wait and not operation_ids and token:
-            # With replication there are no operations: the write is in the log at `token`. A
-            # retrieve that carries it answers once this replica has applied it.
-            generation = self._visible_at(collection, token, timeout)
-        if not wait or not operation_ids:
-            return WriteResult(
-                documents=documents,
-                sections=sum(r.sections for r in responses),
-                generation=generation,
-                consistency_token=token,
-                operation=operation,
-                operation_ids=operation_ids,
-            )
-        deadline = None if timeout is None else time.monotonic() + timeout
-        applied: list[Operation] = []
-        for operation_id in operation_ids:
-            ended = self._wait(operation_id, deadline, progress)
-            if ended.state is OperationState.FAILED:
-                raise OperationFailed(ended, method)
-            if ended.state is not OperationState.APPLIED:
-                raise WriteQueued(
-                    f"operation {ended.id} of collection `{collection}` is still "
-                    f"{ended.state.name} after waiting {timeout} s; it stays queued and will be "
-                    "applied (wait_operation follows it)",
-                    method,
-                    operation_id=ended.id,
-                    collection=collection,
-                    write_id=ended.write_id or write_id,
-                    operation=ended,
-                    operation_ids=operation_ids,
-                )
-            applied.append(ended)
-        return WriteResult(
-            documents=documents,
-            sections=sum(o.sections for o in applied),
-            generation=max(o.generation for o in applied),
-            consistency_token=token,
-            operation=applied[-1],
-            operation_ids=operation_ids,
+        if wait and write.replicated:
+            generation = self._visible_at(write.collection, write.consistency_token, timeout)
+            return write.answered(generation)
+        if not wait or not write.operation_ids:
+            return write.answered()
+        deadline = _deadline(timeout)
+        return write.applied(
+            [
+                write.check_ended(self._wait(operation_id, deadline, progress), timeout)
+                for operation_id in write.operation_ids
+            ]
         )
 
     def _visible_at(self, collection: str, token: int, timeout: float | None) -> int:
         """Waits until the write at log position `token` is visible here (replication); the
         generation that shows it."""
-        request = lathe_pb2.RetrieveRequest(
-            collection=collection,
-            query="*",
-            top_k=1,
-            token_budget=1,
-            consistency_token=token,
-        )
+        request = _visible_request(collection, token)
         return self._call("Retrieve", self._stub.Retrieve, request, timeout=timeout).generation
 
     def _wait(
@@ -602,249 +424,11 @@ class Lathe:
         """WaitOperation in steps of at most WAIT_STEP_SECONDS until the operation ends or
         `deadline` (time.monotonic()) passes; at least one step."""
         while True:
-            step = WAIT_STEP_SECONDS
-            if deadline is not None:
-                step = max(0.0, min(step, deadline - time.monotonic()))
-            request = lathe_pb2.WaitOperationRequest(id=operation_id, timeout_ms=int(step * 1000))
+            request, call_timeout = _wait_step(operation_id, deadline)
             answer = _operation_from_proto(
-                self._call(
-                    "WaitOperation",
-                    self._stub.WaitOperation,
-                    request,
-                    timeout=step + _WAIT_CALL_SLACK_SECONDS,
-                )
+                self._call("WaitOperation", self._stub.WaitOperation, request, timeout=call_timeout)
             )
             if progress is not None:
                 progress(answer)
-            if answer.ended or (deadline is not None and time.monotonic() >= deadline):
+            if _wait_over(answer, deadline):
                 return answer
-
-
-def _read_pem(value: PemLike | None) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str) and value.lstrip().startswith("-----BEGIN"):
-        return value.encode()
-    return Path(value).read_bytes()
-
-
-def _strategy(value: StrategyLike) -> ChunkStrategy:
-    if isinstance(value, ChunkStrategy):
-        return value
-    try:
-        return ChunkStrategy(value.lower())
-    except ValueError:
-        names = ", ".join(s.value for s in ChunkStrategy)
-        raise ValueError(f"unknown chunk strategy {value!r}; expected one of {names}") from None
-
-
-# Protobuf enum fields accept their value names, which keeps these mappings typed.
-def _order(value: ResultOrder | str) -> str:
-    order = value if isinstance(value, ResultOrder) else ResultOrder(value.lower())
-    return f"RESULT_ORDER_{order.name}"
-
-
-def _chunking_to_proto(chunking: Chunking) -> lathe_pb2.ChunkingOptions:
-    options = lathe_pb2.ChunkingOptions(
-        strategy=f"CHUNK_STRATEGY_{chunking.strategy.name}",
-        unit=f"CHUNK_UNIT_{chunking.unit.name}",
-        separators=list(chunking.separators),
-        semantic_threshold=f"SEMANTIC_THRESHOLD_{chunking.semantic_threshold.name}",
-    )
-    if chunking.semantic_amount is not None:
-        options.semantic_amount = chunking.semantic_amount
-    if chunking.max_tokens is not None:
-        options.max_tokens = chunking.max_tokens
-    if chunking.overlap_tokens is not None:
-        options.overlap_tokens = chunking.overlap_tokens
-    return options
-
-
-def _chunking_from_proto(options: lathe_pb2.ChunkingOptions) -> Chunking:
-    return Chunking(
-        strategy=_strategy_from_proto(options.strategy),
-        max_tokens=options.max_tokens if options.HasField("max_tokens") else None,
-        overlap_tokens=options.overlap_tokens if options.HasField("overlap_tokens") else None,
-        unit=ChunkUnit[lathe_pb2.ChunkUnit.Name(options.unit).removeprefix("CHUNK_UNIT_")],
-        separators=tuple(options.separators),
-        semantic_threshold=SemanticThreshold[
-            lathe_pb2.SemanticThreshold.Name(options.semantic_threshold).removeprefix(
-                "SEMANTIC_THRESHOLD_"
-            )
-        ],
-        semantic_amount=(
-            options.semantic_amount if options.HasField("semantic_amount") else None
-        ),
-    )
-
-
-def _strategy_from_proto(value: int) -> ChunkStrategy:
-    name = lathe_pb2.ChunkStrategy.Name(value).removeprefix("CHUNK_STRATEGY_")
-    return ChunkStrategy[name]
-
-
-def _document_to_proto(document: DocumentLike) -> lathe_pb2.Document:
-    if not isinstance(document, Document):
-        document = Document(**document)
-    document_format = document.format
-    if isinstance(document_format, str):
-        document_format = DocumentFormat(document_format.lower())
-    return lathe_pb2.Document(
-        id=document.id,
-        title=document.title,
-        text=document.text,
-        format=f"DOCUMENT_FORMAT_{document_format.name}",
-        metadata=dict(document.metadata),
-        sections=[
-            lathe_pb2.SectionBoundary(start=s.start, end=s.end, title=s.title)
-            for s in (
-                b if isinstance(b, SectionBoundary) else SectionBoundary(**b)
-                for b in document.sections
-            )
-        ],
-    )
-
-
-_COLLECTION_STATES = {
-    lathe_pb2.COLLECTION_STATE_UNSPECIFIED: CollectionState.UNSPECIFIED,
-    lathe_pb2.COLLECTION_STATE_READY: CollectionState.READY,
-    lathe_pb2.COLLECTION_STATE_DAMAGED: CollectionState.DAMAGED,
-    lathe_pb2.COLLECTION_STATE_OFFLINE: CollectionState.OFFLINE,
-}
-
-
-def _collection_from_proto(info: lathe_pb2.CollectionInfo) -> CollectionInfo:
-    settings = info.settings
-    return CollectionInfo(
-        name=info.name,
-        settings=(
-            CollectionSettings(
-                budget_tokenizer=settings.budget_tokenizer,
-                default_chunking=(
-                    _chunking_from_proto(settings.default_chunking)
-                    if settings.HasField("default_chunking")
-                    else None
-                ),
-                section_tokens=(
-                    settings.section_tokens if settings.HasField("section_tokens") else None
-                ),
-            )
-            if info.HasField("settings")
-            else None
-        ),
-        stats=(
-            CollectionStats(
-                documents=info.stats.documents,
-                sections=info.stats.sections,
-                bytes=info.stats.bytes,
-                generation=info.stats.generation,
-            )
-            if info.HasField("stats")
-            else None
-        ),
-        state=_COLLECTION_STATES.get(info.state, CollectionState.UNSPECIFIED),
-        reason=info.reason,
-    )
-
-
-def _operation_from_proto(operation: lathe_pb2.Operation) -> Operation:
-    return Operation(
-        id=operation.id,
-        collection=operation.collection,
-        kind=_OPERATION_KINDS.get(operation.kind, OperationKind.UNSPECIFIED),
-        state=_OPERATION_STATES.get(operation.state, OperationState.UNSPECIFIED),
-        documents_total=operation.documents_total,
-        documents_done=operation.documents_done,
-        bytes_total=operation.bytes_total,
-        bytes_done=operation.bytes_done,
-        bytes_per_second=operation.bytes_per_second,
-        eta_seconds=operation.eta_seconds if operation.HasField("eta_seconds") else None,
-        error=operation.error,
-        write_id=operation.write_id,
-        consistency_token=operation.consistency_token,
-        created_unix_ms=operation.created_unix_ms,
-        started_unix_ms=operation.started_unix_ms,
-        finished_unix_ms=operation.finished_unix_ms,
-        sections=operation.sections,
-        generation=operation.generation,
-    )
-
-
-_OPERATION_STATES = {
-    lathe_pb2.OPERATION_STATE_UNSPECIFIED: OperationState.UNSPECIFIED,
-    lathe_pb2.OPERATION_STATE_QUEUED: OperationState.QUEUED,
-    lathe_pb2.OPERATION_STATE_RUNNING: OperationState.RUNNING,
-    lathe_pb2.OPERATION_STATE_APPLIED: OperationState.APPLIED,
-    lathe_pb2.OPERATION_STATE_FAILED: OperationState.FAILED,
-}
-_OPERATION_KINDS = {
-    lathe_pb2.OPERATION_KIND_UNSPECIFIED: OperationKind.UNSPECIFIED,
-    lathe_pb2.OPERATION_KIND_UPSERT: OperationKind.UPSERT,
-    lathe_pb2.OPERATION_KIND_DELETE: OperationKind.DELETE,
-}
-
-
-def _new_write_id() -> str:
-    return str(uuid.uuid4())
-
-
-def _part_write_id(write_id: str, index: int, parts: int) -> str:
-    """The write id of part `index` of a write sent in `parts` requests: the write's own when
-    it is one request, else `f"{write_id}/{index}"` ("" stays "": no deduplication)."""
-    if not write_id or parts == 1:
-        part = write_id
-    else:
-        part = f"{write_id}/{index}"
-    if len(part.encode("utf-8")) > MAX_WRITE_ID_BYTES:
-        raise ValueError(
-            f"write_id {part!r} is {len(part.encode('utf-8'))} bytes; the server takes at most "
-            f"{MAX_WRITE_ID_BYTES} (a write sent in parts adds '/<part>' to it)"
-        )
-    return part
-
-
-def _field_bytes(size: int) -> int:
-    """Bytes of a length-delimited field of `size` bytes in a message: tag, length, body."""
-    length = 1
-    while size >= 1 << (7 * length):
-        length += 1
-    return 1 + length + size
-
-
-def _chunk_from_proto(chunk: lathe_pb2.RetrievedChunk) -> Chunk:
-    return Chunk(
-        text=chunk.text,
-        doc_id=chunk.doc_id,
-        section_id=chunk.section_id,
-        section_title=chunk.section_title,
-        heading_path=tuple(chunk.heading_path),
-        doc_title=chunk.doc_title,
-        byte_span=Span(chunk.bytes.start, chunk.bytes.end),
-        char_span=Span(chunk.chars.start, chunk.chars.end),
-        token_count=chunk.token_count,
-        score=chunk.score,
-        score_parts=ScoreParts(
-            bm25=chunk.score_parts.bm25,
-            section=chunk.score_parts.section,
-            dense=chunk.score_parts.dense,
-        ),
-        strategy=_strategy_from_proto(chunk.strategy),
-        metadata=dict(chunk.metadata),
-        context=chunk.context,
-    )
-
-
-def _retrieve_from_proto(response: lathe_pb2.RetrieveResponse) -> RetrieveResult:
-    return RetrieveResult(
-        chunks=[_chunk_from_proto(c) for c in response.chunks],
-        tokens_used=response.tokens_used,
-        token_budget=response.token_budget,
-        generation=response.generation,
-        cache_hit=response.cache_hit,
-        sections_considered=response.sections_considered,
-        chunks_considered=response.chunks_considered,
-        timings=[StageTiming(t.stage, t.micros) for t in response.timings],
-        log_position=response.log_position,
-    )
