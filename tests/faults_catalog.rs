@@ -33,13 +33,6 @@ async fn start(data_dir: &Path) -> (Server, Client) {
     (server, client)
 }
 
-/// SIGTERM and a clean exit: every collection committed and closed.
-fn stop(mut server: Server) {
-    binary::sigterm(&server.child);
-    let status = binary::wait_for_exit(&mut server.child, Duration::from_secs(60));
-    assert!(status.success(), "lathe serve exited with {status}");
-}
-
 fn kill_9(mut server: Server) {
     server.child.kill().expect("SIGKILL");
     // Reaped: the kernel has closed its files, and with them released its data-dir lock.
@@ -262,7 +255,7 @@ async fn a_collection_without_its_settings_file_is_kept_and_reported() {
     create_collection(&mut client, "healthy").await;
     fill(&mut client, "kept", 24).await;
     fill(&mut client, "healthy", 3).await;
-    stop(server);
+    binary::stop(server);
 
     let kept = collections.join("kept");
     let files_before = files_with_lengths(&kept);
@@ -344,14 +337,14 @@ async fn a_collection_without_its_settings_file_is_kept_and_reported() {
             folder.display()
         );
     }
-    stop(server);
+    binary::stop(server);
 
     // The operator restores the file: every acknowledged document is back.
     std::fs::rename(&settings_aside, kept.join("collection.json")).unwrap();
     let (server, mut client) = start(&data).await;
     assert_serves(&mut client, "kept", 24).await;
     assert_serves(&mut client, "healthy", 3).await;
-    stop(server);
+    binary::stop(server);
 }
 
 /// Item 3: one damaged collection stopped the whole server (exit 1). Each kind of damage must be
@@ -410,7 +403,7 @@ async fn damaged_collections_are_reported_and_the_others_serve() {
         }
         fill(&mut client, name, 5).await;
     }
-    stop(server);
+    binary::stop(server);
 
     let index_of = |name: &str| collections.join(name).join("index");
     // The exact file each reason must name, where one file was damaged.
@@ -532,13 +525,13 @@ async fn damaged_collections_are_reported_and_the_others_serve() {
         let series = format!("lathe_collection_damaged{{collection=\"{name}\"}}");
         assert_eq!(metric(&metrics, &series), Some(0), "{series} in\n{metrics}");
     }
-    stop(server);
+    binary::stop(server);
     let (server, mut client) = start(&data).await;
     assert_serves(&mut client, "healthy", 5).await;
     for (name, ..) in &damaged {
         assert_serves(&mut client, name, 2).await;
     }
-    stop(server);
+    binary::stop(server);
 }
 
 /// Waits for a spawned server to exit; a server that serves instead is a failure.
@@ -598,7 +591,7 @@ async fn a_second_server_on_the_same_data_dir_is_refused() {
 
     let (server, mut client) = start(&data).await;
     assert_serves(&mut client, "c", 5).await;
-    stop(server);
+    binary::stop(server);
 }
 
 /// Makes a folder refuse renames, as root does not respect permissions: `chattr +i` as root,
@@ -698,11 +691,11 @@ async fn a_delete_the_filesystem_refuses_changes_nothing() {
     );
     create_collection(&mut client, "c").await;
     fill(&mut client, "c", 1).await;
-    stop(server);
+    binary::stop(server);
     // After a restart: the new collection, not the old one.
     let (server, mut client) = start(&data).await;
     assert_serves(&mut client, "c", 1).await;
-    stop(server);
+    binary::stop(server);
 }
 
 /// Kept from main (the issue: 19 of 19 trials): kill -9 while a collection of a few hundred
@@ -799,7 +792,7 @@ async fn sigkill_during_create_or_delete_leaves_the_collection_whole_or_gone() {
             "trial {trial}: leftovers {leftovers:?}"
         );
         outcomes.push((kill_after / 1000, hidden_at_kill, big_there, fresh_there));
-        stop(server);
+        binary::stop(server);
     }
     eprintln!("(kill after ms, staging folders at the kill, big still there, fresh there) per trial: {outcomes:?}");
 }

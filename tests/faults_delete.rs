@@ -39,36 +39,9 @@ async fn start(data_dir: &Path) -> (Server, Client) {
     (server, client)
 }
 
-fn stop(mut server: Server) {
-    binary::sigterm(&server.child);
-    let status = binary::wait_for_exit(&mut server.child, Duration::from_secs(60));
-    assert!(status.success(), "lathe serve exited with {status}");
-}
-
-/// Words enough that each paragraph is a section with a vector of its own.
-const WORDS: [&str; 16] = [
-    "river", "granite", "lantern", "orchard", "voltage", "harbor", "meadow", "cipher", "falcon",
-    "quarry", "saddle", "thimble", "walnut", "zephyr", "beacon", "copper",
-];
-
-/// Document `i`: five paragraphs, five sections.
-fn document_of_sections(i: usize) -> proto::Document {
-    let paragraphs: Vec<String> = (0..5)
-        .map(|p| {
-            let words: Vec<&str> = (0..12).map(|w| WORDS[(i * 7 + p * 5 + w) % 16]).collect();
-            format!("Paragraph {p} of document {i}: {}.", words.join(" "))
-        })
-        .collect();
-    document(
-        &format!("doc{i}"),
-        &paragraphs.join("\n\n"),
-        proto::DocumentFormat::Plain,
-    )
-}
-
 async fn fill(client: &mut Client, collection: &str, documents: usize) {
     for batch in (0..documents).collect::<Vec<_>>().chunks(40) {
-        let batch = batch.iter().map(|&i| document_of_sections(i)).collect();
+        let batch = batch.iter().map(|&i| sectioned_document(i)).collect();
         upsert(client, collection, batch).await;
     }
 }
@@ -115,7 +88,7 @@ async fn a_collection_deleted_while_its_merges_run_stays_deleted_and_its_name_is
         // vectors in the live segment, sealed as the writer stops.
         fill(&mut client, "c", 250).await;
         // And writes still being applied (seals, merges) as the delete comes.
-        let queued = (250..330).map(document_of_sections).collect();
+        let queued = (250..330).map(sectioned_document).collect();
         client
             .upsert_documents(proto::UpsertDocumentsRequest {
                 collection: "c".into(),
@@ -160,7 +133,7 @@ async fn a_collection_deleted_while_its_merges_run_stays_deleted_and_its_name_is
             .any(|line| line.contains("could not remove a dense segment file")),
         "{log:#?}"
     );
-    stop(server);
+    binary::stop(server);
 
     let (server, mut client) = start(&data).await;
     let listed = client
@@ -175,7 +148,7 @@ async fn a_collection_deleted_while_its_merges_run_stays_deleted_and_its_name_is
     );
     assert_eq!(names_in(&collections), Vec::<String>::new());
     create_collection(&mut client, "c").await;
-    stop(server);
+    binary::stop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,7 +158,7 @@ async fn a_manifest_naming_files_outside_its_segments_is_refused_and_those_files
     let (server, mut client) = start(&data).await;
     create_collection(&mut client, "c").await;
     fill(&mut client, "c", 62).await;
-    stop(server);
+    binary::stop(server);
 
     let collection = data.join("collections").join("c");
     let dense = collection.join("dense");
@@ -246,5 +219,5 @@ async fn a_manifest_naming_files_outside_its_segments_is_refused_and_those_files
     )
     .await;
     assert!(!answer.chunks.is_empty());
-    stop(server);
+    binary::stop(server);
 }

@@ -35,38 +35,14 @@ async fn start(data_dir: &Path) -> (Server, Client) {
     (server, client)
 }
 
-/// SIGTERM and a clean exit.
-fn stop(mut server: Server) {
-    binary::sigterm(&server.child);
-    let status = binary::wait_for_exit(&mut server.child, Duration::from_secs(60));
-    assert!(status.success(), "lathe serve exited with {status}");
-}
-
-const WORDS: [&str; 16] = [
-    "river", "granite", "lantern", "orchard", "voltage", "harbor", "meadow", "cipher", "falcon",
-    "quarry", "saddle", "thimble", "walnut", "zephyr", "beacon", "copper",
-];
-
-/// Document `i`: five paragraphs, five sections, each with words of its own.
 async fn fill(client: &mut Client, collection: &str) {
     create_collection(client, collection).await;
-    let documents = (0..62)
-        .map(|i| {
-            let paragraphs: Vec<String> = (0..5)
-                .map(|p| {
-                    let words: Vec<&str> =
-                        (0..12).map(|w| WORDS[(i * 7 + p * 5 + w) % 16]).collect();
-                    format!("Paragraph {p} of document {i}: {}.", words.join(" "))
-                })
-                .collect();
-            document(
-                &format!("doc{i}"),
-                &paragraphs.join("\n\n"),
-                proto::DocumentFormat::Plain,
-            )
-        })
-        .collect();
-    upsert(client, collection, documents).await;
+    upsert(
+        client,
+        collection,
+        (0..62).map(sectioned_document).collect(),
+    )
+    .await;
 }
 
 fn flip_middle_byte(path: &Path) {
@@ -145,7 +121,7 @@ async fn a_tantivy_file_changed_under_a_running_server_is_found_by_the_scrub() {
     assert_eq!(info.state(), proto::CollectionState::Damaged, "{info:?}");
     assert!(info.reason.contains("found by the scrub"), "{info:?}");
     assert!(scrub_findings(&server) >= 1.0);
-    stop(server);
+    binary::stop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,5 +152,5 @@ async fn a_dense_segment_changed_under_a_running_server_is_rebuilt_from_the_stor
     assert_eq!(info.state(), proto::CollectionState::Ready, "{info:?}");
     assert_eq!(answers(&mut client, "d").await, before);
     assert!(scrub_findings(&server) >= 1.0);
-    stop(server);
+    binary::stop(server);
 }

@@ -222,6 +222,13 @@ pub fn requests_in_flight(metrics_address: impl std::net::ToSocketAddrs) -> i64 
         .unwrap_or_else(|| panic!("no lathe_requests_in_flight in\n{body}"))
 }
 
+/// SIGTERM and a clean exit (within a minute): every collection committed and closed.
+pub fn stop(mut server: Server) {
+    sigterm(&server.child);
+    let status = wait_for_exit(&mut server.child, Duration::from_secs(60));
+    assert!(status.success(), "lathe serve exited with {status}");
+}
+
 pub fn sigterm(child: &Child) {
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

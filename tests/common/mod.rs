@@ -415,3 +415,27 @@ pub async fn drain_queue(client: &mut LatheClient<Channel>, collection: &str) {
         }
     }
 }
+
+/// Words enough that each paragraph of [`sectioned_document`] is a section with a vector of
+/// its own.
+const SECTION_WORDS: [&str; 16] = [
+    "river", "granite", "lantern", "orchard", "voltage", "harbor", "meadow", "cipher", "falcon",
+    "quarry", "saddle", "thimble", "walnut", "zephyr", "beacon", "copper",
+];
+
+/// Document `doc{i}`: five paragraphs, five sections, each with words of its own.
+pub fn sectioned_document(i: usize) -> proto::Document {
+    let paragraphs: Vec<String> = (0..5)
+        .map(|p| {
+            let words: Vec<&str> = (0..12)
+                .map(|w| SECTION_WORDS[(i * 7 + p * 5 + w) % 16])
+                .collect();
+            format!("Paragraph {p} of document {i}: {}.", words.join(" "))
+        })
+        .collect();
+    document(
+        &format!("doc{i}"),
+        &paragraphs.join("\n\n"),
+        proto::DocumentFormat::Plain,
+    )
+}

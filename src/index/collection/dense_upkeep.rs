@@ -185,36 +185,22 @@ pub fn open_dense_index(
             live_keys.extend(keys.first(doc));
         }
     }
-    let dim = loaded.dim();
     let load_seconds = loaded.took().as_secs_f32();
     let (dense, missing) = loaded.open(&live_keys);
     let replayed = if missing.is_empty() {
         0
     } else {
-        // One live segment's worth at a time: a replay of a whole index (an upgrade of its
-        // format, a lost manifest) holds one batch of decoded vectors, not all of them.
-        let batch = dense.config().seal_vectors.max(1);
         // A whole index takes minutes (a million vectors about three on 2 cores): say so.
         tracing::info!(
             vectors = missing.len(),
             "dense index: inserting the stored vectors of the sections in no sealed segment"
         );
-        replay_stored_vectors(
+        insert_stored_vectors(
+            &dense,
             snapshot,
             fields,
-            dim,
             &missing.into_iter().collect(),
             integrity,
-            batch,
-            |vectors| {
-                dense
-                    .insert_many(
-                        vectors
-                            .iter()
-                            .map(|(key, vector)| (*key, vector.as_slice())),
-                    )
-                    .map_err(|e| LatheError::internal(format!("dense index: {e}")))
-            },
         )?
     };
     let counters = dense.counters();
@@ -230,9 +216,39 @@ pub fn open_dense_index(
     Ok(dense)
 }
 
+/// Inserts into `dense` the stored vectors of the live sections whose keys are in `wanted`, one
+/// live segment's worth at a time: a replay of a whole index (an upgrade of its format, a lost
+/// manifest) holds one batch of decoded vectors, not all of them. Returns how many.
+pub(super) fn insert_stored_vectors(
+    dense: &DenseIndex,
+    snapshot: &Snapshot,
+    fields: &SectionFields,
+    wanted: &HashSet<u64>,
+    integrity: &Integrity,
+) -> Result<usize> {
+    let batch = dense.config().seal_vectors.max(1);
+    replay_stored_vectors(
+        snapshot,
+        fields,
+        dense.config().dim,
+        wanted,
+        integrity,
+        batch,
+        |vectors| {
+            dense
+                .insert_many(
+                    vectors
+                        .iter()
+                        .map(|(key, vector)| (*key, vector.as_slice())),
+                )
+                .map_err(|e| LatheError::internal(format!("dense index: {e}")))
+        },
+    )
+}
+
 /// Hands `insert` the stored vectors of the live sections whose keys are in `wanted` (only those
 /// are decoded), `batch` at a time, in index order; returns how many it handed over.
-pub(super) fn replay_stored_vectors(
+fn replay_stored_vectors(
     snapshot: &Snapshot,
     fields: &SectionFields,
     dim: usize,

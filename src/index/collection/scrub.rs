@@ -11,10 +11,10 @@ use std::collections::HashSet;
 
 use tantivy::index::SegmentComponent;
 
-use super::dense_upkeep::replay_stored_vectors;
+use super::dense_upkeep::insert_stored_vectors;
 use super::handle::CollectionIndex;
 use super::integrity::{scrub_tantivy_file, Pace};
-use crate::error::{LatheError, Result};
+use crate::error::Result;
 
 /// What one scrub of a collection found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -64,24 +64,12 @@ impl CollectionIndex {
             report.findings += 1;
             let keys: HashSet<u64> = dense.drop_segment(segment).into_iter().collect();
             // Read after the drop: what it holds live is what the segment held live.
-            let snapshot = self.snapshot();
-            let batch = dense.config().seal_vectors.max(1);
-            replay_stored_vectors(
-                &snapshot,
+            insert_stored_vectors(
+                dense,
+                &self.snapshot(),
                 &self.fields,
-                dense.config().dim,
                 &keys,
                 &self.integrity,
-                batch,
-                |vectors| {
-                    dense
-                        .insert_many(
-                            vectors
-                                .iter()
-                                .map(|(key, vector)| (*key, vector.as_slice())),
-                        )
-                        .map_err(|e| LatheError::internal(format!("dense index: {e}")))
-                },
             )?;
             report.rebuilt_segments += 1;
         }
