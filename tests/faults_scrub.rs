@@ -120,6 +120,8 @@ async fn a_tantivy_file_changed_under_a_running_server_is_found_by_the_scrub() {
         .into_inner();
     assert_eq!(info.state(), proto::CollectionState::Damaged, "{info:?}");
     assert!(info.reason.contains("found by the scrub"), "{info:?}");
+    // Counted once the pass over the collection ends.
+    binary::wait_for_line(&server.log, "scrub pass done", Duration::from_secs(20));
     assert!(scrub_findings(&server) >= 1.0);
     binary::stop(server);
 }

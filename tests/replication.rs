@@ -550,21 +550,14 @@ async fn a_replica_that_falls_behind_is_not_ready_until_it_has_caught_up() {
     // What it logged while starting up (its first readiness lines) is not what is looked for.
     tokio::time::sleep(Duration::from_millis(300)).await;
     while follower.server.log.try_recv().is_ok() {}
-    let pid = follower.server.child.id().to_string();
-    let signal = |which: &str| {
-        let status = std::process::Command::new("kill")
-            .args([which, &pid])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-    };
-    signal("-STOP");
+    let pid = follower.server.child.id();
+    binary::signal(pid, "-STOP");
     let mut token = 0;
     for start in [0, 100] {
         token = write(&mut writer.client, "c", documents(start..start + 100, 30)).await;
     }
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    signal("-CONT");
+    binary::signal(pid, "-CONT");
     let line = binary::wait_for_line(
         &follower.server.log,
         "replica readiness",

@@ -74,7 +74,7 @@ async fn a_nats_stall_is_recovered_within_seconds_and_replicas_that_cannot_read_
     let ids: Vec<String> = (0..20).map(|doc| format!("doc{doc}")).collect();
     assert_eq!(present(&mut b.client, "c", &ids, token).await.len(), 20);
 
-    signal(nats.pid(), "-STOP");
+    binary::signal(nats.pid(), "-STOP");
     // Neither can read the log: once they have not for max_lag_seconds, they stop vouching.
     for replica in [&a, &b] {
         until_health(
@@ -87,7 +87,7 @@ async fn a_nats_stall_is_recovered_within_seconds_and_replicas_that_cannot_read_
     // Reads are still answered, from what each holds.
     assert_eq!(present(&mut b.client, "c", &ids, 0).await.len(), 20);
     tokio::time::sleep(Duration::from_secs(30 - MAX_LAG - 5)).await;
-    signal(nats.pid(), "-CONT");
+    binary::signal(nats.pid(), "-CONT");
     let resumed = Instant::now();
 
     // A write with wait=true, and its token read on the other replica: both within 5 s.
@@ -135,7 +135,7 @@ async fn a_replica_paused_during_2000_writes_never_serves_older_than_its_max_lag
     create(&mut writer.client, "c").await;
     write(&mut writer.client, "c", documents(0..1, 20)).await;
     let pid = paused.server.child.id();
-    signal(pid, "-STOP");
+    binary::signal(pid, "-STOP");
     let stopped = Instant::now();
     // 2,000 writes over the pause, each remembered with when its acknowledgement came.
     let mut written: Vec<(Instant, u64)> = Vec::new();
@@ -146,7 +146,7 @@ async fn a_replica_paused_during_2000_writes_never_serves_older_than_its_max_lag
         tokio::time::sleep(due.saturating_duration_since(Instant::now())).await;
     }
     tokio::time::sleep(Duration::from_secs(70).saturating_sub(stopped.elapsed())).await;
-    signal(pid, "-CONT");
+    binary::signal(pid, "-CONT");
     let resumed = Instant::now();
     let head = written.last().unwrap().1;
 

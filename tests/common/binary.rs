@@ -230,11 +230,16 @@ pub fn stop(mut server: Server) {
 }
 
 pub fn sigterm(child: &Child) {
+    signal(child.id(), "-TERM");
+}
+
+/// Sends `which` (`-STOP`, `-CONT`, `-TERM`) to process `pid`.
+pub fn signal(pid: u32, which: &str) {
     let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([which, &pid.to_string()])
         .status()
         .expect("run kill");
-    assert!(status.success(), "kill -TERM failed: {status}");
+    assert!(status.success(), "kill {which} {pid} failed: {status}");
 }
 
 pub fn wait_for_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {

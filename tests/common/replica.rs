@@ -222,15 +222,6 @@ pub async fn present(
     reply.chunks.into_iter().map(|chunk| chunk.doc_id).collect()
 }
 
-/// Sends `which` (`-STOP`, `-CONT`, `-KILL`) to process `pid`.
-pub fn signal(pid: u32, which: &str) {
-    let status = std::process::Command::new("kill")
-        .args([which, &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill {which} {pid}");
-}
-
 /// A write to `client` is refused FAILED_PRECONDITION naming `cause` and the way out.
 pub async fn assert_write_refused(client: &mut LatheClient<Channel>, cause: &str) {
     let status = client

@@ -32,6 +32,12 @@ CHUNK_METADATA_KEYS = (
 )
 
 
+def require_a_client(owner: str, client: object | None, async_client: object | None) -> None:
+    """Refuses an integration built with neither a `Lathe` nor an `AsyncLathe`."""
+    if client is None and async_client is None:
+        raise ValueError(f"{owner} needs a client (Lathe) or an async_client (AsyncLathe)")
+
+
 def chunk_metadata(chunk: Chunk) -> dict[str, Any]:
     """The metadata of a retrieved chunk in a framework's document: the document's own metadata
     (strings, as Lathe stores them) and then CHUNK_METADATA_KEYS."""

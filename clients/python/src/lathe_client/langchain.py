@@ -33,6 +33,7 @@ from lathe_client._integrations import (
     CHUNK_METADATA_KEYS,
     chunk_metadata,
     lathe_metadata,
+    require_a_client,
     retrieve_arguments,
 )
 from lathe_client.aio import AsyncLathe
@@ -87,10 +88,7 @@ class LatheRetriever(BaseRetriever):
 
     @model_validator(mode="after")
     def _has_a_client(self) -> "LatheRetriever":
-        if self.client is None and self.async_client is None:
-            raise ValueError(
-                "LatheRetriever needs a client (Lathe) or an async_client (AsyncLathe)"
-            )
+        require_a_client("LatheRetriever", self.client, self.async_client)
         return self
 
     def _arguments(self) -> dict[str, Any]:
@@ -158,10 +156,7 @@ class LatheVectorStore(VectorStore):
         write_timeout: float | None = None,
         retrieve_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        if client is None and async_client is None:
-            raise ValueError(
-                "LatheVectorStore needs a client (Lathe) or an async_client (AsyncLathe)"
-            )
+        require_a_client("LatheVectorStore", client, async_client)
         self.client = client
         self.async_client = async_client
         self.collection = collection

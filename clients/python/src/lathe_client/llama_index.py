@@ -23,7 +23,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from lathe_client._integrations import CHUNK_METADATA_KEYS, chunk_metadata, retrieve_arguments
+from lathe_client._integrations import (
+    CHUNK_METADATA_KEYS,
+    chunk_metadata,
+    require_a_client,
+    retrieve_arguments,
+)
 from lathe_client.aio import AsyncLathe
 from lathe_client.client import Lathe
 from lathe_client.types import Chunk, ChunkStrategy, RetrieveResult
@@ -91,10 +96,7 @@ class LatheRetriever(BaseRetriever):
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
-        if client is None and async_client is None:
-            raise ValueError(
-                "LatheRetriever needs a client (Lathe) or an async_client (AsyncLathe)"
-            )
+        require_a_client("LatheRetriever", client, async_client)
         self.client = client
         self.async_client = async_client
         self.collection = collection
