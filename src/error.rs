@@ -144,6 +144,14 @@ pub enum LatheError {
         documents: Vec<String>,
         detail: String,
     },
+    /// A snapshot offered for a restore failed its checks: the file of the snapshot at fault and
+    /// why. Nothing was created.
+    #[error("snapshot `{snapshot}` cannot be restored: `{file}`: {cause}; nothing was created")]
+    SnapshotDamaged {
+        snapshot: String,
+        file: String,
+        cause: String,
+    },
     /// The collection's index was written in a format this build does not read.
     #[error("collection `{collection}` cannot be opened: {reason}")]
     IncompatibleIndex { collection: String, reason: String },

@@ -63,6 +63,11 @@ enum Command {
     Query(cli::QueryArgs),
     /// List a collection's write operations, or follow one (--wait ID) with a progress bar.
     Ops(cli::OpsArgs),
+    /// Snapshots of collections, taken while they serve: create (--all, --keep N), list,
+    /// delete, download.
+    Snapshot(cli::SnapshotArgs),
+    /// Create a collection from a snapshot file (uploaded) or one the server keeps (--snapshot).
+    Restore(cli::RestoreArgs),
     /// Evaluate retrieval quality and latency on a dataset (docs.jsonl, queries.jsonl) over gRPC.
     Eval(cli::EvalArgs),
     /// Recall@10 of a stopped server's dense index against exact search (run by lathe-bench).
@@ -115,6 +120,8 @@ fn main() -> ExitCode {
             Command::Ingest(args) => cli::ingest(args).await,
             Command::Query(args) => cli::query(args).await,
             Command::Ops(args) => cli::ops(args).await,
+            Command::Snapshot(args) => cli::snapshot(args).await,
+            Command::Restore(args) => cli::restore(args).await,
             Command::Eval(args) => cli::eval(args).await,
             Command::DenseRecall(args) => lathe::dense_recall::run(args),
         }

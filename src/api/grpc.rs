@@ -219,7 +219,7 @@ impl GrpcAdapter {
     /// the call's deadline, map its error to a status in the one place that does, and record the
     /// outcome. `handler` only builds a future; the conversion and the work run under the
     /// deadline.
-    async fn unary<Message, Reply, Handler, Work>(
+    pub(super) async fn unary<Message, Reply, Handler, Work>(
         &self,
         rpc: &'static str,
         access: Access,
@@ -446,6 +446,43 @@ impl Lathe for GrpcAdapter {
                 .into())
         })
         .await
+    }
+
+    async fn create_snapshot(
+        &self,
+        request: Request<proto::CreateSnapshotRequest>,
+    ) -> Result<Response<proto::SnapshotInfo>, Status> {
+        self.create_snapshot_call(request).await
+    }
+
+    async fn list_snapshots(
+        &self,
+        request: Request<proto::ListSnapshotsRequest>,
+    ) -> Result<Response<proto::ListSnapshotsResponse>, Status> {
+        self.list_snapshots_call(request).await
+    }
+
+    async fn delete_snapshot(
+        &self,
+        request: Request<proto::DeleteSnapshotRequest>,
+    ) -> Result<Response<proto::DeleteSnapshotResponse>, Status> {
+        self.delete_snapshot_call(request).await
+    }
+
+    type DownloadSnapshotStream = super::snapshots::DownloadStream;
+
+    async fn download_snapshot(
+        &self,
+        request: Request<proto::DownloadSnapshotRequest>,
+    ) -> Result<Response<Self::DownloadSnapshotStream>, Status> {
+        self.download_snapshot_call(request).await
+    }
+
+    async fn restore_snapshot(
+        &self,
+        request: Request<Streaming<proto::RestoreSnapshotRequest>>,
+    ) -> Result<Response<proto::RestoreSnapshotResponse>, Status> {
+        self.restore_snapshot_call(request).await
     }
 }
 

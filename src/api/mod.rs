@@ -8,6 +8,7 @@ mod grpc;
 mod health;
 mod in_process;
 pub(crate) mod incoming;
+mod snapshots;
 mod status;
 mod upload;
 

@@ -112,7 +112,7 @@ fn code_of(error: &LatheError) -> Code {
             ..
         } => Code::Unavailable,
         // Logged where the damage was found (once per finding), not once per request.
-        LatheError::DataLoss { .. } => Code::DataLoss,
+        LatheError::DataLoss { .. } | LatheError::SnapshotDamaged { .. } => Code::DataLoss,
         LatheError::IncompatibleIndex { .. } => Code::FailedPrecondition,
         LatheError::Index(_) | LatheError::Io { .. } | LatheError::Internal(_) => {
             tracing::error!(%error, "internal error");

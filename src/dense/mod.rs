@@ -55,6 +55,7 @@ pub use element::{from_stored, query_elements, to_stored, StoredElement, UnitDot
 pub use load::LoadedIndex;
 pub use merge_policy::TIER_MERGE_FACTOR;
 use persist::Manifest;
+pub use persist::{listed_files, MANIFEST_FILE};
 pub use search::{EXHAUSTIVE_SEARCH_SLOTS, SEARCH_WAIT_MAX_SECONDS, SEARCH_WAIT_SECONDS};
 use segment::Segment;
 

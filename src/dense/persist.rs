@@ -82,6 +82,19 @@ pub fn read_manifest(dir: &Path) -> Result<Option<Manifest>, DenseError> {
     Ok(Some(manifest))
 }
 
+/// The files a manifest (its bytes as read) lists, each checked against the jail rule of
+/// [`check_names`]: what a backup of the folder copies beside the manifest.
+pub fn listed_files(path: &Path, bytes: &[u8]) -> Result<Vec<String>, DenseError> {
+    let manifest: Manifest = serde_json::from_slice(bytes)
+        .map_err(|error| DenseError::corrupt(path, error.to_string()))?;
+    let mut names = Vec::new();
+    for entry in &manifest.segments {
+        check_names(entry).map_err(|reason| DenseError::corrupt(path, reason))?;
+        names.extend(entry.file_names().map(str::to_string));
+    }
+    Ok(names)
+}
+
 /// The folder is a jail: a manifest entry may name only the files a seal or merge of its
 /// segment writes (see [`segment_file_id`]), never a path, so that verifying or removing them
 /// cannot touch any other file.

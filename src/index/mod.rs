@@ -51,7 +51,8 @@ pub use crate::dense::{
 };
 pub use catalog::{
     is_valid_collection_name, lock, Catalog, CollectionEntry, DataDirLock, Fault, FaultKind,
-    FaultedCollection, OpenCollection, StoredSettings,
+    FaultedCollection, OpenCollection, SnapshotInfo, SnapshotManifest, StoredSettings,
+    TakenSnapshot,
 };
 pub use collection::{
     dense_dir, gap_after, integrity, schema, section_key, storage, writer_pool, CollectionIndex,

@@ -172,7 +172,7 @@ fn settings_from_stored(stored: &StoredSettings) -> CollectionSettings {
     }
 }
 
-fn validate_collection_name(name: &str) -> Result<()> {
+pub(super) fn validate_collection_name(name: &str) -> Result<()> {
     if crate::index::is_valid_collection_name(name) {
         Ok(())
     } else {
@@ -187,7 +187,7 @@ fn validate_collection_name(name: &str) -> Result<()> {
 }
 
 /// Runs blocking file-system work (fsyncs, renames) off the async threads.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {
     tokio::task::spawn_blocking(work)

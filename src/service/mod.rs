@@ -11,6 +11,7 @@
 //! - `retrieve.rs`: runs the query stages, timing each under its stage's name; the result cache.
 //! - `cache.rs`: the result and section caches.
 //! - `metrics.rs`: collection gauges published at scrape time; stage and cache metrics per query.
+//! - `snapshots.rs`: snapshots of collections and restores from them, off the async threads.
 //! - `replica.rs`: with replication, the applier of log entries and the reads of the log.
 
 pub mod cache;
@@ -20,6 +21,7 @@ mod metrics;
 mod replica;
 mod retrieve;
 mod scrub;
+mod snapshots;
 mod write;
 
 use std::collections::BTreeSet;
@@ -44,6 +46,7 @@ use crate::tokenizer::BudgetTokenizer;
 use crate::types::ChunkingSpec;
 use crate::write_queue::{QueueLimits, WriteQueue};
 use cache::Caches;
+pub use snapshots::{Restored, SnapshotInfo};
 
 /// What the service keeps beside each open collection's index.
 pub struct CollectionRuntime {

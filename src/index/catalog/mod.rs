@@ -7,21 +7,25 @@
 //! `settings` and `fault`; `entry` ([`CollectionEntry`]) over `settings`, `fault` and the
 //! collection's handle; this file, the [`Catalog`], over all of them.
 
+mod archive;
 mod entry;
 mod fault;
 mod folders;
 pub mod lock;
 mod parallel;
 mod settings;
+mod snapshots;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
+pub use archive::SnapshotManifest;
 pub use entry::{CollectionEntry, FaultedCollection, OpenCollection};
 pub use fault::{Fault, FaultKind};
 pub use lock::DataDirLock;
 pub use settings::{is_valid_collection_name, StoredSettings};
+pub use snapshots::{SnapshotInfo, TakenSnapshot};
 
 use fault::{check_index_meta, diagnose_index};
 use folders::{
@@ -77,6 +81,7 @@ impl<T> Catalog<T> {
         T: Send + Sync,
     {
         let root = data_dir.join(COLLECTIONS_DIR);
+        snapshots::remove_snapshot_leftovers(data_dir);
         std::fs::create_dir_all(&root)
             .map_err(|e| LatheError::io(format!("creating {}", root.display()), e))?;
         let writer_pool = CollectionWriterPool::niced(

@@ -6,6 +6,7 @@
 //! `writer` (over `writer_pool`) → `handle` (the [`CollectionIndex`] and its open) → `reader`
 //! and `inspect` (more methods of [`CollectionIndex`]). Nothing imports what imports it.
 
+mod backup;
 mod dense_upkeep;
 mod handle;
 mod inspect;
@@ -24,6 +25,7 @@ mod testing;
 mod writer;
 pub mod writer_pool;
 
+pub use backup::{BackupFile, BackupFiles, BackupSource, BACKUP_DENSE_DIR, BACKUP_INDEX_DIR};
 pub use handle::{dense_dir, CollectionIndex};
 pub use records::{
     gap_after, section_key, DocumentRecord, SectionHit, SectionRecord, StoredEmbedding, WriteOp,

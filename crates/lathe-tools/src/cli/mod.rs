@@ -5,8 +5,10 @@ mod eval;
 mod ingest;
 pub mod ops;
 mod query;
+mod snapshot;
 
 pub use eval::{eval, EvalArgs};
 pub use ingest::{documents_from_jsonl, ingest, IngestArgs};
 pub use ops::{ops, OpsArgs};
 pub use query::{query, QueryArgs};
+pub use snapshot::{restore, snapshot, RestoreArgs, SnapshotArgs};

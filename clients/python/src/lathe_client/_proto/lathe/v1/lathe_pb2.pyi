@@ -468,3 +468,87 @@ class RetrieveResponse(_message.Message):
     chunks_considered: int
     log_position: int
     def __init__(self, chunks: _Optional[_Iterable[_Union[RetrievedChunk, _Mapping]]] = ..., tokens_used: _Optional[int] = ..., token_budget: _Optional[int] = ..., generation: _Optional[int] = ..., cache_hit: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StageTiming, _Mapping]]] = ..., sections_considered: _Optional[int] = ..., chunks_considered: _Optional[int] = ..., log_position: _Optional[int] = ...) -> None: ...
+
+class CreateSnapshotRequest(_message.Message):
+    __slots__ = ("collection",)
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    def __init__(self, collection: _Optional[str] = ...) -> None: ...
+
+class SnapshotInfo(_message.Message):
+    __slots__ = ("collection", "name", "bytes", "generation", "created_unix_ms")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    name: str
+    bytes: int
+    generation: int
+    created_unix_ms: int
+    def __init__(self, collection: _Optional[str] = ..., name: _Optional[str] = ..., bytes: _Optional[int] = ..., generation: _Optional[int] = ..., created_unix_ms: _Optional[int] = ...) -> None: ...
+
+class ListSnapshotsRequest(_message.Message):
+    __slots__ = ("collection",)
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    def __init__(self, collection: _Optional[str] = ...) -> None: ...
+
+class ListSnapshotsResponse(_message.Message):
+    __slots__ = ("snapshots",)
+    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    snapshots: _containers.RepeatedCompositeFieldContainer[SnapshotInfo]
+    def __init__(self, snapshots: _Optional[_Iterable[_Union[SnapshotInfo, _Mapping]]] = ...) -> None: ...
+
+class DeleteSnapshotRequest(_message.Message):
+    __slots__ = ("collection", "name")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    name: str
+    def __init__(self, collection: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class DeleteSnapshotResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DownloadSnapshotRequest(_message.Message):
+    __slots__ = ("collection", "name")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    name: str
+    def __init__(self, collection: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class SnapshotChunk(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...
+
+class RestoreSnapshotRequest(_message.Message):
+    __slots__ = ("collection", "snapshot_collection", "snapshot_name", "data")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    snapshot_collection: str
+    snapshot_name: str
+    data: bytes
+    def __init__(self, collection: _Optional[str] = ..., snapshot_collection: _Optional[str] = ..., snapshot_name: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class RestoreSnapshotResponse(_message.Message):
+    __slots__ = ("collection", "source_collection", "generation", "files", "bytes")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    collection: CollectionInfo
+    source_collection: str
+    generation: int
+    files: int
+    bytes: int
+    def __init__(self, collection: _Optional[_Union[CollectionInfo, _Mapping]] = ..., source_collection: _Optional[str] = ..., generation: _Optional[int] = ..., files: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...

@@ -89,6 +89,31 @@ class LatheStub:
                 request_serializer=lathe_dot_v1_dot_lathe__pb2.RetrieveRequest.SerializeToString,
                 response_deserializer=lathe_dot_v1_dot_lathe__pb2.RetrieveResponse.FromString,
                 _registered_method=True)
+        self.CreateSnapshot = channel.unary_unary(
+                '/lathe.v1.Lathe/CreateSnapshot',
+                request_serializer=lathe_dot_v1_dot_lathe__pb2.CreateSnapshotRequest.SerializeToString,
+                response_deserializer=lathe_dot_v1_dot_lathe__pb2.SnapshotInfo.FromString,
+                _registered_method=True)
+        self.ListSnapshots = channel.unary_unary(
+                '/lathe.v1.Lathe/ListSnapshots',
+                request_serializer=lathe_dot_v1_dot_lathe__pb2.ListSnapshotsRequest.SerializeToString,
+                response_deserializer=lathe_dot_v1_dot_lathe__pb2.ListSnapshotsResponse.FromString,
+                _registered_method=True)
+        self.DeleteSnapshot = channel.unary_unary(
+                '/lathe.v1.Lathe/DeleteSnapshot',
+                request_serializer=lathe_dot_v1_dot_lathe__pb2.DeleteSnapshotRequest.SerializeToString,
+                response_deserializer=lathe_dot_v1_dot_lathe__pb2.DeleteSnapshotResponse.FromString,
+                _registered_method=True)
+        self.DownloadSnapshot = channel.unary_stream(
+                '/lathe.v1.Lathe/DownloadSnapshot',
+                request_serializer=lathe_dot_v1_dot_lathe__pb2.DownloadSnapshotRequest.SerializeToString,
+                response_deserializer=lathe_dot_v1_dot_lathe__pb2.SnapshotChunk.FromString,
+                _registered_method=True)
+        self.RestoreSnapshot = channel.stream_unary(
+                '/lathe.v1.Lathe/RestoreSnapshot',
+                request_serializer=lathe_dot_v1_dot_lathe__pb2.RestoreSnapshotRequest.SerializeToString,
+                response_deserializer=lathe_dot_v1_dot_lathe__pb2.RestoreSnapshotResponse.FromString,
+                _registered_method=True)
 
 
 class LatheServicer:
@@ -171,6 +196,46 @@ class LatheServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSnapshot(self, request, context):
+        """Snapshots: one collection's latest commit as one file in the server's data dir
+        (`snapshots/<collection>/`), taken while the collection serves and takes writes. A snapshot
+        stays when its collection is deleted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSnapshots(self, request, context):
+        """Snapshots of one collection, or of all when `collection` is empty; newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSnapshot(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DownloadSnapshot(self, request, context):
+        """The snapshot file's bytes, in order: to keep a copy off the server.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestoreSnapshot(self, request_iterator, context):
+        """Creates a collection from a snapshot: one kept by this server (named in the first message),
+        or the file's bytes streamed in the messages' `data`. Every file is checked against the
+        snapshot's manifest before the collection appears: a damaged or truncated snapshot answers
+        DATA_LOSS naming its file, and nothing is created. Single node only: a replica answers
+        FAILED_PRECONDITION (the replicated log is the replicas' source of truth).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LatheServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -228,6 +293,31 @@ def add_LatheServicer_to_server(servicer, server):
                     servicer.Retrieve,
                     request_deserializer=lathe_dot_v1_dot_lathe__pb2.RetrieveRequest.FromString,
                     response_serializer=lathe_dot_v1_dot_lathe__pb2.RetrieveResponse.SerializeToString,
+            ),
+            'CreateSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSnapshot,
+                    request_deserializer=lathe_dot_v1_dot_lathe__pb2.CreateSnapshotRequest.FromString,
+                    response_serializer=lathe_dot_v1_dot_lathe__pb2.SnapshotInfo.SerializeToString,
+            ),
+            'ListSnapshots': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSnapshots,
+                    request_deserializer=lathe_dot_v1_dot_lathe__pb2.ListSnapshotsRequest.FromString,
+                    response_serializer=lathe_dot_v1_dot_lathe__pb2.ListSnapshotsResponse.SerializeToString,
+            ),
+            'DeleteSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSnapshot,
+                    request_deserializer=lathe_dot_v1_dot_lathe__pb2.DeleteSnapshotRequest.FromString,
+                    response_serializer=lathe_dot_v1_dot_lathe__pb2.DeleteSnapshotResponse.SerializeToString,
+            ),
+            'DownloadSnapshot': grpc.unary_stream_rpc_method_handler(
+                    servicer.DownloadSnapshot,
+                    request_deserializer=lathe_dot_v1_dot_lathe__pb2.DownloadSnapshotRequest.FromString,
+                    response_serializer=lathe_dot_v1_dot_lathe__pb2.SnapshotChunk.SerializeToString,
+            ),
+            'RestoreSnapshot': grpc.stream_unary_rpc_method_handler(
+                    servicer.RestoreSnapshot,
+                    request_deserializer=lathe_dot_v1_dot_lathe__pb2.RestoreSnapshotRequest.FromString,
+                    response_serializer=lathe_dot_v1_dot_lathe__pb2.RestoreSnapshotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -527,6 +617,141 @@ class Lathe:
             '/lathe.v1.Lathe/Retrieve',
             lathe_dot_v1_dot_lathe__pb2.RetrieveRequest.SerializeToString,
             lathe_dot_v1_dot_lathe__pb2.RetrieveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lathe.v1.Lathe/CreateSnapshot',
+            lathe_dot_v1_dot_lathe__pb2.CreateSnapshotRequest.SerializeToString,
+            lathe_dot_v1_dot_lathe__pb2.SnapshotInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSnapshots(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lathe.v1.Lathe/ListSnapshots',
+            lathe_dot_v1_dot_lathe__pb2.ListSnapshotsRequest.SerializeToString,
+            lathe_dot_v1_dot_lathe__pb2.ListSnapshotsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lathe.v1.Lathe/DeleteSnapshot',
+            lathe_dot_v1_dot_lathe__pb2.DeleteSnapshotRequest.SerializeToString,
+            lathe_dot_v1_dot_lathe__pb2.DeleteSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DownloadSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/lathe.v1.Lathe/DownloadSnapshot',
+            lathe_dot_v1_dot_lathe__pb2.DownloadSnapshotRequest.SerializeToString,
+            lathe_dot_v1_dot_lathe__pb2.SnapshotChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreSnapshot(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/lathe.v1.Lathe/RestoreSnapshot',
+            lathe_dot_v1_dot_lathe__pb2.RestoreSnapshotRequest.SerializeToString,
+            lathe_dot_v1_dot_lathe__pb2.RestoreSnapshotResponse.FromString,
             options,
             channel_credentials,
             insecure,
