@@ -137,3 +137,86 @@ async fn tls_with_a_wrong_certificate_is_refused_and_the_server_keeps_serving() 
     .await
     .expect("bounded");
 }
+
+/// `lathe ARGS --addr ADDRESS` with `VARIABLES` (and no other `LATHE_API_KEY`/`LATHE_CA_CERT`),
+/// as the chart's backup Job runs it, on a blocking thread: its output, or the error it printed.
+async fn cli(address: &str, variables: &[(&str, &str)], args: &[&str]) -> Result<String, String> {
+    let mut command = std::process::Command::new(common::binary::lathe_binary());
+    command
+        .args(args)
+        .args(["--addr", address])
+        .env_remove("LATHE_API_KEY")
+        .env_remove("LATHE_CA_CERT")
+        .envs(variables.iter().copied());
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    if output.status.success() {
+        Ok(text(&output.stdout))
+    } else {
+        Err(text(&output.stderr))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_trusts_the_ca_and_sends_the_api_key_its_environment_names() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let server_ca = TestCa::new("lathe test server ca");
+        let (certificate, key) = server_ca.leaf(&["localhost"]);
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path.to_string_lossy().into_owned()
+        };
+        let mut config = lexical_config(&dir.path().join("data"));
+        config.tls.cert_file = write("server.pem", &certificate);
+        config.tls.key_file = write("server.key", &key);
+        config.auth.api_keys_file = write("keys", "read-write rw-secret\nread-only ro-secret\n");
+        let server = InProcessServer::spawn(config)
+            .await
+            .expect("the server starts");
+        let address = format!("https://localhost:{}", server.address().port());
+        let ca = write("ca.pem", &server_ca.pem);
+        let stranger = write("stranger.pem", &TestCa::new("some other ca").pem);
+        let document = write("doc.md", "# Lathes\n\nA lathe turns wood and metal.\n");
+        let writer = [
+            ("LATHE_CA_CERT", ca.as_str()),
+            ("LATHE_API_KEY", "rw-secret"),
+        ];
+        let reader = [
+            ("LATHE_CA_CERT", ca.as_str()),
+            ("LATHE_API_KEY", "ro-secret"),
+        ];
+        let list = ["snapshot", "list"];
+        until_ready(|| cli(&address, &writer, &list)).await;
+
+        let error = cli(&address, &[("LATHE_API_KEY", "rw-secret")], &list).await;
+        assert!(error.unwrap_err().contains("set LATHE_CA_CERT"));
+        let strangers = [
+            ("LATHE_CA_CERT", stranger.as_str()),
+            ("LATHE_API_KEY", "rw-secret"),
+        ];
+        let error = cli(&address, &strangers, &list).await.unwrap_err();
+        assert!(error.contains("connecting to https://localhost"), "{error}");
+        let error = cli(&address, &[("LATHE_CA_CERT", &ca)], &list)
+            .await
+            .unwrap_err();
+        assert!(error.contains("UNAUTHENTICATED"), "{error}");
+
+        let ingest = ["ingest", "--collection", "c", &document];
+        let error = cli(&address, &reader, &ingest).await.unwrap_err();
+        assert!(error.contains("this API key is read-only"), "{error}");
+        cli(&address, &writer, &ingest)
+            .await
+            .expect("a read-write key ingests");
+        let create = ["snapshot", "create", "--all"];
+        let error = cli(&address, &reader, &create).await.unwrap_err();
+        assert!(error.contains("PERMISSION_DENIED"), "{error}");
+        let created = cli(&address, &writer, &create).await.unwrap();
+        assert!(created.starts_with("c/c-g"), "{created}");
+    })
+    .await
+    .expect("the test ends within TEST_LIMIT");
+}

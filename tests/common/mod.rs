@@ -50,9 +50,14 @@ impl TestServer {
         let server = InProcessServer::start(config)
             .await
             .expect("the test server starts and serves");
-        let client = lathe_tools::client::connect_with_message_limit(&server.addr(), 256 << 20)
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr()))
+            .expect("the server's address")
+            .connect()
             .await
             .expect("connect to the test server");
+        let client = LatheClient::new(channel)
+            .max_decoding_message_size(256 << 20)
+            .max_encoding_message_size(256 << 20);
         Self {
             address: server.address(),
             client,

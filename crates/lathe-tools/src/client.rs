@@ -7,7 +7,9 @@ use std::process::Command;
 
 use anyhow::Context;
 use lathe_text::chunk::Strategy;
-use tonic::transport::Channel;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
 use crate::proto;
 use crate::proto::lathe_client::LatheClient;
@@ -16,28 +18,83 @@ use crate::server_process::loopback_serve_command;
 /// The largest message a client sends or accepts by default: the server's default limit.
 pub const DEFAULT_CLIENT_MESSAGE_BYTES: usize = 64 << 20;
 
+/// The client every tool uses: a channel whose calls carry `authorization: Bearer <key>` when
+/// `LATHE_API_KEY` is set.
+pub type Client = LatheClient<InterceptedService<Channel, ApiKey>>;
+
+/// The environment variable a tool takes its API key from (a flag would show in `ps`).
+pub const API_KEY_VARIABLE: &str = "LATHE_API_KEY";
+/// The PEM file of the CA that signed an `https://` server's certificate.
+pub const CA_CERT_VARIABLE: &str = "LATHE_CA_CERT";
+
+/// Adds the API key, if any, to every call.
+#[derive(Clone)]
+pub struct ApiKey(Option<MetadataValue<Ascii>>);
+
+impl ApiKey {
+    /// `LATHE_API_KEY`, if set.
+    pub fn from_env() -> anyhow::Result<Self> {
+        match std::env::var(API_KEY_VARIABLE) {
+            Ok(key) if !key.is_empty() => {
+                let value = format!("Bearer {key}")
+                    .parse()
+                    .with_context(|| format!("{API_KEY_VARIABLE} is not a valid header value"))?;
+                Ok(Self(Some(value)))
+            }
+            _ => Ok(Self(None)),
+        }
+    }
+}
+
+impl tonic::service::Interceptor for ApiKey {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
 /// Connects a gRPC client with messages as large as the server's default limit.
-pub async fn connect(address: &str) -> anyhow::Result<LatheClient<Channel>> {
+pub async fn connect(address: &str) -> anyhow::Result<Client> {
     connect_with_message_limit(address, DEFAULT_CLIENT_MESSAGE_BYTES).await
 }
 
 /// Connects a gRPC client that sends and accepts messages up to `message_bytes`. `address` is
-/// `host:port` (plaintext) or a full `http://`/`https://` URI.
+/// `host:port` (plaintext) or a full `http://`/`https://` URI; over `https://`, the server's
+/// certificate is checked against the CA in `LATHE_CA_CERT`. The API key comes from
+/// `LATHE_API_KEY` (see [`ApiKey`]).
 pub async fn connect_with_message_limit(
     address: &str,
     message_bytes: usize,
-) -> anyhow::Result<LatheClient<Channel>> {
+) -> anyhow::Result<Client> {
     let endpoint = if address.starts_with("http://") || address.starts_with("https://") {
         address.to_string()
     } else {
         format!("http://{address}")
     };
-    let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
-        .with_context(|| format!("invalid address {endpoint}"))?
+    let mut builder = tonic::transport::Endpoint::from_shared(endpoint.clone())
+        .with_context(|| format!("invalid address {endpoint}"))?;
+    if endpoint.starts_with("https://") {
+        let Some(ca) = std::env::var_os(CA_CERT_VARIABLE) else {
+            anyhow::bail!("{endpoint}: set {CA_CERT_VARIABLE} to the PEM file of the CA that signed the server's certificate");
+        };
+        let pem = std::fs::read(&ca)
+            .with_context(|| format!("reading {CA_CERT_VARIABLE} {}", Path::new(&ca).display()))?;
+        builder = builder
+            .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
+            .context("TLS settings")?;
+    }
+    let channel = builder
         .connect()
         .await
         .with_context(|| format!("connecting to {endpoint}"))?;
-    Ok(LatheClient::new(channel)
+    Ok(LatheClient::with_interceptor(channel, ApiKey::from_env()?)
         .max_decoding_message_size(message_bytes)
         .max_encoding_message_size(message_bytes))
 }
@@ -78,7 +135,7 @@ pub fn strategy_from_name(name: &str) -> anyhow::Result<proto::ChunkStrategy> {
 /// `wait`, so the answer comes once all of them are searchable: one call, whatever the corpus size
 /// (a unary upsert of a whole corpus would outlast its deadline).
 pub async fn upload_in_batches(
-    client: &mut LatheClient<Channel>,
+    client: &mut Client,
     collection: &str,
     documents: Vec<proto::Document>,
     batch: usize,

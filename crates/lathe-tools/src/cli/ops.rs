@@ -3,11 +3,7 @@
 
 use std::time::Duration;
 
-use tonic::transport::Channel;
-
 use crate::proto;
-use crate::proto::lathe_client::LatheClient;
-
 #[derive(clap::Args, Debug)]
 pub struct OpsArgs {
     /// The collection whose operations to list.
@@ -113,7 +109,7 @@ pub fn describe(operation: &proto::Operation) -> String {
 /// Waits (in WaitOperation calls of a few seconds) until operation `id` ends, drawing its
 /// progress as a bar when `bar`.
 pub async fn follow(
-    client: &mut LatheClient<Channel>,
+    client: &mut crate::client::Client,
     id: u64,
     bar: bool,
 ) -> anyhow::Result<proto::Operation> {

@@ -4,11 +4,7 @@
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
-use tonic::transport::Channel;
-
 use crate::proto;
-use crate::proto::lathe_client::LatheClient;
-
 /// Bytes per uploaded message (the server's default message limit is larger).
 const UPLOAD_CHUNK: usize = 1 << 20;
 
@@ -107,7 +103,7 @@ pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<()> {
 }
 
 async fn create(
-    client: &mut LatheClient<Channel>,
+    client: &mut crate::client::Client,
     mut collections: Vec<String>,
     all: bool,
     keep: Option<usize>,
@@ -160,7 +156,7 @@ async fn create(
 
 /// Deletes all but the `keep` newest snapshots of `collection`.
 async fn prune(
-    client: &mut LatheClient<Channel>,
+    client: &mut crate::client::Client,
     collection: &str,
     keep: usize,
 ) -> anyhow::Result<()> {
@@ -185,7 +181,7 @@ async fn prune(
 
 /// Writes the snapshot to `out` (through a `.partial` file renamed at the end); its bytes.
 async fn download(
-    client: &mut LatheClient<Channel>,
+    client: &mut crate::client::Client,
     collection: &str,
     name: &str,
     out: &std::path::Path,

@@ -102,3 +102,55 @@ cluster {
 }
 {{- end }}
 {{- end -}}
+
+{{/* The backup and restore Jobs: the Service's address, the API key, the CA (values.yaml, backup). */}}
+{{- define "lathe.backupEnv" -}}
+- name: LATHE_ADDR
+  value: "{{ ternary "https" "http" .Values.tls.enabled }}://{{ include "lathe.fullname" . }}:{{ .Values.service.port }}"
+{{- if .Values.backup.apiKeySecret.name }}
+- name: LATHE_API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.backup.apiKeySecret.name }}
+      key: {{ .Values.backup.apiKeySecret.key }}
+{{- end }}
+{{- if .Values.backup.caSecret }}
+- name: LATHE_CA_CERT
+  value: /etc/lathe/ca/ca.crt
+{{- end }}
+{{- end -}}
+
+{{- define "lathe.backupMounts" -}}
+- name: backups
+  mountPath: /backups
+{{- if .Values.backup.caSecret }}
+- name: ca
+  mountPath: /etc/lathe/ca
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "lathe.backupVolumes" -}}
+- name: backups
+  persistentVolumeClaim:
+    claimName: {{ include "lathe.fullname" . }}-backups
+{{- if .Values.backup.caSecret }}
+- name: ca
+  secret:
+    secretName: {{ .Values.backup.caSecret }}
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end }}
+{{- end -}}
+
+{{/* Labels of the backup (or restore) objects: the chart's, with their own component. */}}
+{{- define "lathe.backupLabels" -}}
+{{- $ := index . 0 -}}
+app.kubernetes.io/name: {{ include "lathe.name" $ }}
+app.kubernetes.io/instance: {{ $.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+app.kubernetes.io/version: {{ $.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ $.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" $.Chart.Name $.Chart.Version | replace "+" "_" }}
+{{- end -}}

@@ -6,15 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tonic::transport::Channel;
-
-use lathe_tools::client::{connect, upload_in_batches};
-use lathe_tools::eval::percentile;
-use lathe_tools::proto;
-use lathe_tools::proto::lathe_client::LatheClient;
 
 use crate::corpus::{corpus_document, SourceDocument};
 use crate::report::{Latency, StageLatency};
+use lathe_tools::client::{connect, upload_in_batches};
+use lathe_tools::eval::percentile;
+use lathe_tools::proto;
 
 /// The queries of one size, handed out once each so that no Retrieve hits the result cache.
 pub(crate) struct QueryFeed {
@@ -49,7 +46,7 @@ pub(crate) async fn first_retrieve(
     feed: &QueryFeed,
     budget: u32,
     spawned_at: Instant,
-) -> anyhow::Result<(LatheClient<Channel>, f64)> {
+) -> anyhow::Result<(lathe_tools::client::Client, f64)> {
     let mut client = connect(address).await?;
     let query = feed.take()?;
     let deadline = Instant::now() + Duration::from_secs(3600);
@@ -169,7 +166,7 @@ pub(crate) struct Built {
 
 /// Creates `collection` and uploads copies of the corpus until it holds `target` sections.
 pub(crate) async fn build_collection(
-    client: &mut LatheClient<Channel>,
+    client: &mut lathe_tools::client::Client,
     collection: &str,
     corpus: &[SourceDocument],
     target: usize,
@@ -228,7 +225,7 @@ fn documents_to_send(target: usize, built: &Built, upload_documents: usize) -> u
 
 /// One acknowledged write, so the data a `kill -9` interrupts ends in a fresh commit.
 pub(crate) async fn write_one_more(
-    client: &mut LatheClient<Channel>,
+    client: &mut lathe_tools::client::Client,
     collection: &str,
     corpus: &[SourceDocument],
 ) -> anyhow::Result<()> {

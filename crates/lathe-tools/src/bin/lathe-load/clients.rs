@@ -7,12 +7,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use tonic::transport::Channel;
 
 use lathe_text::normalise_query;
 use lathe_tools::eval::Dataset;
 use lathe_tools::proto;
-use lathe_tools::proto::lathe_client::LatheClient;
 
 use crate::run::{Interval, LoadTarget};
 
@@ -89,7 +87,10 @@ impl ClientWork {
     }
 }
 
-pub(crate) async fn run_client(mut client: LatheClient<Channel>, work: ClientWork) -> ClientStats {
+pub(crate) async fn run_client(
+    mut client: lathe_tools::client::Client,
+    work: ClientWork,
+) -> ClientStats {
     let mut stats = ClientStats::default();
     while Instant::now() < work.deadline {
         let i = work.counter.fetch_add(1, Ordering::Relaxed);
@@ -168,7 +169,7 @@ fn writer_request(
 }
 
 pub(crate) async fn run_writer(
-    mut client: LatheClient<Channel>,
+    mut client: lathe_tools::client::Client,
     collection: Arc<str>,
     dataset: Arc<Dataset>,
     interval: Option<Arc<Interval>>,
@@ -214,7 +215,7 @@ pub(crate) fn hot_questions(hot_set: usize, question_count: usize) -> Vec<usize>
 
 /// Asks every hot question once, so the timed `hit` run measures cache hits.
 pub(crate) async fn warm_result_cache(
-    client: &mut LatheClient<Channel>,
+    client: &mut lathe_tools::client::Client,
     target: &LoadTarget,
     hot: &[usize],
 ) -> anyhow::Result<()> {

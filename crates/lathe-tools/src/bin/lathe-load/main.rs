@@ -39,13 +39,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use clap::Parser;
-use tonic::transport::Channel;
 
 use lathe_tools::client::{connect, unique_collection_name, upload_in_batches};
 use lathe_tools::eval::Dataset;
 use lathe_tools::proc_status::resident;
 use lathe_tools::proto;
-use lathe_tools::proto::lathe_client::LatheClient;
 use lathe_tools::server_process::TargetServer;
 
 use crate::clients::{distinct_questions, requested_top_k, Mode};
@@ -165,7 +163,7 @@ fn validate(args: &Args) -> anyhow::Result<Vec<Mode>> {
 /// Creates `collection` and streams the dataset's documents into it, one document a message:
 /// embedding a whole corpus takes longer than the deadline a single unary call gets.
 async fn ingest_dataset(
-    client: &mut LatheClient<Channel>,
+    client: &mut lathe_tools::client::Client,
     collection: &str,
     dataset: &Dataset,
 ) -> anyhow::Result<proto::WriteResponse> {
@@ -205,7 +203,7 @@ fn run_shapes(args: &Args, modes: &[Mode]) -> Vec<RunShape> {
 /// The collection the runs query, and what the preamble says it holds: the one `--collection`
 /// names, or a new one the dataset is ingested into.
 async fn prepare_collection(
-    client: &mut LatheClient<Channel>,
+    client: &mut lathe_tools::client::Client,
     args: &Args,
     dataset: &Dataset,
 ) -> anyhow::Result<(Arc<str>, String)> {

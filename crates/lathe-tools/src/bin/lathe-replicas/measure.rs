@@ -7,18 +7,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tonic::transport::Channel;
-
-use lathe_tools::client::{connect, upload_in_batches};
-use lathe_tools::eval::{percentile, Dataset};
-use lathe_tools::proto;
-use lathe_tools::proto::lathe_client::LatheClient;
 
 use crate::processes::{Replica, Spawner};
 use crate::report::Report;
 use crate::{Args, COLLECTION};
+use lathe_tools::client::{connect, upload_in_batches};
+use lathe_tools::eval::{percentile, Dataset};
+use lathe_tools::proto;
 
-async fn create(client: &mut LatheClient<Channel>) -> anyhow::Result<()> {
+async fn create(client: &mut lathe_tools::client::Client) -> anyhow::Result<()> {
     client
         .create_collection(proto::CreateCollectionRequest {
             name: COLLECTION.into(),
@@ -151,7 +148,7 @@ fn one_document(n: usize) -> proto::Document {
 
 /// `count` single-document upserts; p50 and p99 in ms.
 async fn upsert_latencies(
-    client: &mut LatheClient<Channel>,
+    client: &mut lathe_tools::client::Client,
     first: usize,
     count: usize,
     wait: bool,

@@ -12,7 +12,6 @@ use anyhow::Context;
 use tonic::transport::Channel;
 
 use lathe_tools::client::{connect, serve_command};
-use lathe_tools::proto::lathe_client::LatheClient;
 use lathe_tools::server_process::{Patience, ServerProcess};
 
 use crate::Args;
@@ -90,7 +89,7 @@ pub(crate) struct Spawner {
 pub(crate) struct Replica {
     server: ServerProcess,
     metrics: String,
-    pub(crate) client: LatheClient<Channel>,
+    pub(crate) client: lathe_tools::client::Client,
 }
 
 /// A replica catches up on the whole log before it logs `lathe serving`.

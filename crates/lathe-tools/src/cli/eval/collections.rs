@@ -6,14 +6,11 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use anyhow::Context;
-use tonic::transport::Channel;
 
+use super::{EvalArgs, EvalInputs, System, SystemKind};
 use crate::client::{status_line, unique_collection_name, upload_in_batches};
 use crate::eval::splitter::RecursiveCharacterSplitter;
 use crate::proto;
-use crate::proto::lathe_client::LatheClient;
-
-use super::{EvalArgs, EvalInputs, System, SystemKind};
 
 const DEFAULT_BASELINES: [&str; 2] = ["recursive-400-0", "recursive-1000-200"];
 const UPLOAD_BATCH: usize = 256;
@@ -68,7 +65,7 @@ fn parse_baseline(name: &str) -> anyhow::Result<(usize, usize)> {
 }
 
 async fn create_collection(
-    client: &mut LatheClient<Channel>,
+    client: &mut crate::client::Client,
     name: &str,
     section_tokens: Option<u32>,
 ) -> anyhow::Result<()> {
@@ -88,7 +85,7 @@ async fn create_collection(
 
 /// Streams `documents` in batches; returns (documents, sections, seconds).
 async fn upload(
-    client: &mut LatheClient<Channel>,
+    client: &mut crate::client::Client,
     collection: &str,
     documents: Vec<proto::Document>,
 ) -> anyhow::Result<(u32, u32, f64)> {
@@ -114,7 +111,7 @@ fn baseline_names(args: &EvalArgs) -> Vec<String> {
 /// Creates and fills Lathe's collection (when a Lathe system is measured), then one collection
 /// per baseline; the baselines join the systems after Lathe's.
 pub(super) async fn ingest_collections(
-    client: &mut LatheClient<Channel>,
+    client: &mut crate::client::Client,
     args: &EvalArgs,
     inputs: &EvalInputs,
     lathe_systems: Vec<System>,
@@ -175,7 +172,7 @@ pub(super) async fn ingest_collections(
 /// With `--reuse`, whether `collection` is already on the server (then it is used as it is); an
 /// existing one must hold `documents` documents, else an earlier run did not finish filling it.
 async fn reused(
-    client: &mut LatheClient<Channel>,
+    client: &mut crate::client::Client,
     args: &EvalArgs,
     collection: &str,
     documents: usize,
@@ -219,7 +216,7 @@ fn baseline_piece_count(inputs: &EvalInputs, name: &str) -> anyhow::Result<usize
 /// Splits every document into the baseline's pieces and, with `upload_pieces`, uploads each piece
 /// as a document of one caller-given section; returns the baseline and its note for the report.
 async fn ingest_baseline(
-    client: &mut LatheClient<Channel>,
+    client: &mut crate::client::Client,
     inputs: &EvalInputs,
     name: &str,
     collection: String,

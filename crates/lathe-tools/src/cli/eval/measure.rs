@@ -8,15 +8,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
-use tonic::transport::Channel;
-
-use crate::eval::report::Cell;
-use crate::eval::{distinct_spans, score_query, summarize, Dataset, QueryOutcome, ReturnedChunk};
-use crate::proto;
-use crate::proto::lathe_client::LatheClient;
 
 use super::collections::{Baseline, EvalCollections};
 use super::{EvalArgs, EvalInputs, System, SystemKind};
+use crate::eval::report::Cell;
+use crate::eval::{distinct_spans, score_query, summarize, Dataset, QueryOutcome, ReturnedChunk};
+use crate::proto;
 
 /// `limits.max_chunk_tokens` of the default configuration: a baseline piece is one chunk.
 const WHOLE_SECTION_TOKENS: u32 = 8_192;
@@ -61,7 +58,7 @@ fn progress_bar(total: u64) -> ProgressBar {
 /// Runs every query at each budget for every system, scores the answers and writes them to the
 /// run file.
 pub(super) async fn measure(
-    client: &LatheClient<Channel>,
+    client: &crate::client::Client,
     args: &EvalArgs,
     inputs: &EvalInputs,
     collections: &EvalCollections,
@@ -164,7 +161,7 @@ impl CellRun<'_> {
     /// Asks every query with up to `--concurrency` in flight; returns them scored, in query order.
     async fn run(
         &self,
-        client: &LatheClient<Channel>,
+        client: &crate::client::Client,
         check: &mut SpanChecks,
     ) -> anyhow::Result<Vec<ScoredQuery>> {
         let (collection, chunking, top_k) = self.request_parts();

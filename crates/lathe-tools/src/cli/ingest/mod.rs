@@ -22,12 +22,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::stream::{FuturesOrdered, StreamExt};
-use tonic::transport::Channel;
 use tonic::Code;
 
 use crate::proto;
-use crate::proto::lathe_client::LatheClient;
-
 use batches::{BatchQueue, BatchSizer, Progress};
 pub use files::documents_from_jsonl;
 use files::{documents_from_paths, format_from_name};
@@ -141,7 +138,7 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
 /// Sends the batch of documents `range` (see [`send_batch`]); returns the range, its text bytes
 /// and how long the call took beside the answer.
 async fn send_timed(
-    mut client: LatheClient<Channel>,
+    mut client: crate::client::Client,
     collection: &str,
     batch: &[proto::Document],
     range: Range<usize>,
@@ -198,7 +195,7 @@ fn has_repeated_ids(documents: &[proto::Document]) -> bool {
 /// call ran past the deadline is sent again as an upload stream. The outer error is a local
 /// failure (the deadline header); the inner result is the server's answer.
 async fn send_batch(
-    client: &mut LatheClient<Channel>,
+    client: &mut crate::client::Client,
     collection: &str,
     batch: &[proto::Document],
     batch_bytes: usize,
@@ -307,7 +304,7 @@ fn ran_past_deadline(status: &tonic::Status) -> bool {
 /// Creates the collection with the tokenizer and section size asked for; one that exists is
 /// used as it is.
 async fn create_collection_unless_present(
-    client: &mut LatheClient<Channel>,
+    client: &mut crate::client::Client,
     args: &IngestArgs,
 ) -> anyhow::Result<()> {
     let create = proto::CreateCollectionRequest {
