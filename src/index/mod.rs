@@ -9,7 +9,8 @@
 //!   the collections folder's layout, leftovers and settings file; `entry`: what it holds per name
 //!   ([`CollectionEntry`]: an [`OpenCollection`] or a [`FaultedCollection`]); `settings`: the
 //!   collection name rule and [`StoredSettings`]; `fault`: why a collection cannot serve
-//!   ([`Fault`]) and how that is found; `lock`: the data dir lock; `parallel`: opening
+//!   ([`Fault`]) and how that is found; `aliases`: second names of collections and
+//!   `aliases.json`; `lock`: the data dir lock; `parallel`: opening
 //!   collections a few at a time.
 //! - `collection`: one collection. `handle` (the [`CollectionIndex`] handle: open, write, shut
 //!   down), `records` (what is written and what a search returns), `schema` (tantivy fields and
@@ -50,8 +51,8 @@ pub use crate::dense::{
     SEARCH_WAIT_SECONDS as DENSE_SEARCH_WAIT_SECONDS, TIER_MERGE_FACTOR as DENSE_TIER_MERGE_FACTOR,
 };
 pub use catalog::{
-    is_valid_collection_name, lock, Catalog, CollectionEntry, DataDirLock, Fault, FaultKind,
-    FaultedCollection, OpenCollection, StoredSettings,
+    is_valid_collection_name, lock, AliasChange, Catalog, CollectionEntry, DataDirLock, Fault,
+    FaultKind, FaultedCollection, OpenCollection, StoredSettings,
 };
 pub use collection::{
     dense_dir, gap_after, integrity, schema, section_key, storage, writer_pool, CollectionIndex,
