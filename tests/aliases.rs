@@ -425,3 +425,57 @@ async fn an_alias_whose_collection_is_gone_at_start_is_kept_and_answers_naming_b
     assert_eq!(retrieve_prefix(&mut client, "ghost").await.0, "a");
     binary::stop(process);
 }
+
+/// kill -9 at a moment in the middle of a run of switches: after the restart the alias names the
+/// collection of the last acknowledged switch or of the one in flight, and serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_an_alias_is_switched_leaves_it_on_the_old_collection_or_the_new() {
+    for (round, kill_after_ms) in [15u64, 40, 90].into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut process, mut client) = start(dir.path()).await;
+        collection_of(&mut client, "v1", "a").await;
+        collection_of(&mut client, "v2", "b").await;
+        create_alias(&mut client, "live", "v1").await;
+        let acknowledged = Arc::new(std::sync::Mutex::new(("v1".to_string(), None)));
+        let switching = {
+            let (mut client, acknowledged) = (client.clone(), Arc::clone(&acknowledged));
+            tokio::spawn(async move {
+                for switch in 0.. {
+                    let target = if switch % 2 == 0 { "v2" } else { "v1" };
+                    acknowledged.lock().unwrap().1 = Some(target.to_string());
+                    let request = proto::SwitchAliasRequest {
+                        alias: "live".into(),
+                        collection: target.into(),
+                    };
+                    if client.switch_alias(request).await.is_err() {
+                        return switch;
+                    }
+                    *acknowledged.lock().unwrap() = (target.to_string(), None);
+                }
+                unreachable!()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(kill_after_ms)).await;
+        process.child.kill().unwrap();
+        process.child.wait().unwrap();
+        let switches = switching.await.unwrap();
+        let (last, in_flight) = acknowledged.lock().unwrap().clone();
+
+        let (process, mut client) = start(dir.path()).await;
+        assert!(!dir.path().join("aliases.json.tmp").exists());
+        let aliases = client
+            .list_aliases(proto::ListAliasesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .aliases;
+        let now = aliases[0].collection.clone();
+        assert!(
+            now == last || Some(&now) == in_flight.as_ref(),
+            "round {round}, after {switches} switches: `live` names {now}; the last acknowledged switch named {last}, the one in flight {in_flight:?}"
+        );
+        let expected = if now == "v1" { "a" } else { "b" };
+        assert_eq!(retrieve_prefix(&mut client, "live").await.0, expected);
+        binary::stop(process);
+    }
+}

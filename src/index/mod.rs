@@ -26,7 +26,8 @@
 //!
 //! # The data dir
 //! `data_dir/lathe.lock` keeps a second server out (see `lock`); each collection lives in
-//! `data_dir/collections/<name>/{collection.json, index/}`. Besides those folders the catalog makes
+//! `data_dir/collections/<name>/{collection.json, index/}`; the aliases in `data_dir/aliases.json`
+//! (see `aliases`: replaced by a rename, as a collection folder is). Besides those folders the catalog makes
 //! only two kinds of hidden folder, and they are the only folders it ever removes on its own:
 //! `.creating-<name>` (a collection being built, renamed into place when complete) and
 //! `.deleting-<name>` (a collection renamed away by a delete, then removed). A crash leaves a

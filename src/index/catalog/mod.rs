@@ -695,7 +695,9 @@ mod tests {
         let catalog = open_catalog(dir.path());
         catalog.create("v1", settings(), ()).unwrap();
         catalog.create("v2", settings(), ()).unwrap();
-        catalog.set_alias("live", "v1", AliasChange::Create).unwrap();
+        catalog
+            .set_alias("live", "v1", AliasChange::Create)
+            .unwrap();
         assert!(matches!(
             catalog.create("live", settings(), ()),
             Err(LatheError::AliasExists { ref collection, .. }) if collection == "v1"
@@ -703,7 +705,9 @@ mod tests {
         let refused = catalog.delete("v1").unwrap_err().to_string();
         assert!(refused.contains("named by alias `live`"), "{refused}");
         assert!(catalog.get("v1").is_ok());
-        catalog.set_alias("live", "v2", AliasChange::Switch).unwrap();
+        catalog
+            .set_alias("live", "v2", AliasChange::Switch)
+            .unwrap();
         catalog.delete("v1").unwrap();
         // A delete the log holds goes ahead; the alias stays, naming what is gone.
         catalog.delete_even_if_aliased("v2").unwrap();
