@@ -558,6 +558,7 @@ def _collection_from_proto(info: lathe_pb2.CollectionInfo) -> CollectionInfo:
         ),
         state=_COLLECTION_STATES.get(info.state, CollectionState.UNSPECIFIED),
         reason=info.reason,
+        aliases=tuple(info.aliases),
     )
 
 
