@@ -511,6 +511,33 @@ mod tests {
     }
 
     #[test]
+    fn alias_entries_come_back_as_written_and_bad_names_are_refused() {
+        let set = encode(Entry::AliasSet {
+            alias: "live".into(),
+            collection: "v2".into(),
+        });
+        match decode(&set).unwrap() {
+            Decoded::Entry(Entry::AliasSet { alias, collection }) => {
+                assert_eq!((alias.as_str(), collection.as_str()), ("live", "v2"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let deleted = encode(Entry::AliasDeleted {
+            alias: "live".into(),
+        });
+        assert!(matches!(
+            decode(&deleted).unwrap(),
+            Decoded::Entry(Entry::AliasDeleted { ref alias }) if alias == "live"
+        ));
+        let bad = encode(Entry::AliasSet {
+            alias: "live".into(),
+            collection: "a.b".into(),
+        });
+        let Malformed(why) = decode(&bad).unwrap_err();
+        assert!(why.contains("`a.b`"), "{why}");
+    }
+
+    #[test]
     fn malformed_entries_are_refused_with_what_is_wrong() {
         type Damage = fn(&mut DocumentRecord);
         let cases: [(&str, Damage); 5] = [
