@@ -479,3 +479,58 @@ async fn sigkill_while_an_alias_is_switched_leaves_it_on_the_old_collection_or_t
         binary::stop(process);
     }
 }
+
+/// The README's recipe, ten times over under 4 readers: create the next version, fill it, switch
+/// the alias, delete the previous version. No reader gets an error, even one that resolved the
+/// alias just before the switch and reached the collection just after its delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reindexing_behind_an_alias_and_deleting_the_old_version_gives_readers_no_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (process, mut client) = start(dir.path()).await;
+    collection_of(&mut client, "v0", "a").await;
+    create_alias(&mut client, "live", "v0").await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..READERS)
+        .map(|_| {
+            let (mut client, stop) = (client.clone(), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let (mut failures, mut answers) = (Vec::new(), 0);
+                while !stop.load(Ordering::Relaxed) {
+                    let request = retrieve_request("live", "lathe turns stock", 150 + answers % 7);
+                    match client.retrieve(request).await {
+                        Ok(answer) => {
+                            if let Err(why) = prefix_of(&answer.into_inner()) {
+                                failures.push(why);
+                            }
+                        }
+                        Err(status) => failures.push(format!("{status:?}")),
+                    }
+                    answers += 1;
+                }
+                (failures, answers)
+            })
+        })
+        .collect();
+    for version in 1..=10 {
+        let (name, previous) = (format!("v{version}"), format!("v{}", version - 1));
+        let prefix = if version % 2 == 0 { "a" } else { "b" };
+        collection_of(&mut client, &name, prefix).await;
+        switch_alias(&mut client, "live", &name).await;
+        client
+            .delete_collection(proto::DeleteCollectionRequest { name: previous })
+            .await
+            .expect("delete the previous version");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for reader in readers {
+        let (failures, answers) = reader.await.unwrap();
+        assert!(
+            failures.is_empty(),
+            "{} of {answers}: {:?}",
+            failures.len(),
+            &failures[..failures.len().min(5)]
+        );
+    }
+    assert_eq!(retrieve_prefix(&mut client, "live").await.0, "a");
+    binary::stop(process);
+}

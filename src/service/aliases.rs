@@ -148,6 +148,44 @@ impl Engine {
 mod tests {
     use super::*;
 
+    /// A lexical engine over a fresh data dir, with collections `v1` and `v2` and `live` → `v1`.
+    async fn engine_with_alias(data_dir: &std::path::Path) -> Engine {
+        let mut config = crate::config::Config::default();
+        config.storage.data_dir = data_dir.to_path_buf();
+        config.models.dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+        config.models.dense = crate::config::DenseModel::Off;
+        config.server.cpu_threads = 1;
+        let metrics = Arc::new(crate::telemetry::Metrics::new());
+        let engine = Engine::open(config, metrics).unwrap();
+        for name in ["v1", "v2"] {
+            engine
+                .create_collection(name.into(), Default::default())
+                .await
+                .unwrap();
+        }
+        engine
+            .create_alias("live".into(), "v1".into())
+            .await
+            .unwrap();
+        engine
+    }
+
+    #[tokio::test]
+    async fn a_call_that_resolved_an_alias_before_a_switch_and_a_delete_gets_the_new_collection() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine_with_alias(dir.path()).await;
+        let stale = engine.resolve("live");
+        assert_eq!(stale.collection, "v1");
+        engine
+            .switch_alias("live".into(), "v2".into())
+            .await
+            .unwrap();
+        engine.delete_collection("v1").await.unwrap();
+        let collection = engine.resolved_collection(&stale).await.unwrap();
+        assert_eq!(collection.name, "v2");
+        engine.shutdown();
+    }
+
     #[test]
     fn a_collection_missing_behind_an_alias_is_named_with_the_alias() {
         let target = Target {

@@ -233,11 +233,21 @@ impl Engine {
         self.resolved_collection(&target).await
     }
 
-    /// [`Engine::collection_or_log`] for a name already resolved.
+    /// [`Engine::collection_or_log`] for a name already resolved. A collection gone since an
+    /// alias was resolved (switched, then the old collection deleted, in between) gives the
+    /// collection the alias names now: the call sees the old collection or the new, never neither.
     pub(super) async fn resolved_collection(&self, target: &Target) -> Result<Arc<Collection>> {
-        self.collection_or_log_of(&target.collection)
-            .await
-            .map_err(|error| target.explain(error))
+        let found = self.collection_or_log_of(&target.collection).await;
+        if let (Err(LatheError::CollectionNotFound { .. }), Some(alias)) = (&found, &target.alias) {
+            let now = self.resolve(alias);
+            if now != *target {
+                return self
+                    .collection_or_log_of(&now.collection)
+                    .await
+                    .map_err(|error| now.explain(error));
+            }
+        }
+        found.map_err(|error| target.explain(error))
     }
 
     async fn collection_or_log_of(&self, name: &str) -> Result<Arc<Collection>> {
