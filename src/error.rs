@@ -18,6 +18,9 @@ pub enum LatheError {
     NotFound(String),
     #[error("collection `{name}` already exists")]
     CollectionExists { name: String },
+    /// A name an alias holds (collections and aliases share one namespace).
+    #[error("`{alias}` is already an alias (of collection `{collection}`); collections and aliases share one namespace")]
+    AliasExists { alias: String, collection: String },
     /// A request larger than a configured limit (message, document or batch size).
     #[error("{what} is too large: {size} exceeds the limit of {limit}")]
     TooLarge { what: String, size: u64, limit: u64 },

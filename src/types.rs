@@ -161,6 +161,15 @@ pub struct CollectionInfo {
     pub settings: Option<CollectionSettings>,
     /// `None` when the collection is not open or its statistics cannot be read.
     pub stats: Option<CollectionStats>,
+    /// The aliases naming it, by name.
+    pub aliases: Vec<String>,
+}
+
+/// An alias and the collection it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Alias {
+    pub alias: String,
+    pub collection: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]

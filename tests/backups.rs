@@ -391,6 +391,21 @@ async fn a_damaged_or_cut_short_snapshot_is_refused_naming_its_file_and_creates_
         let source = ask(&mut client, "docs", QUERIES[0]).await;
         let copy = ask(&mut client, "by-cli", QUERIES[0]).await;
         assert_eq!(copy.chunks, source.chunks);
+
+        // Aliases: a snapshot through one is of its collection; a restore never takes its name.
+        client
+            .create_alias(proto::CreateAliasRequest {
+                alias: "live".into(),
+                collection: "docs".into(),
+            })
+            .await
+            .expect("create alias");
+        assert_eq!(take_snapshot(&mut client, "live").await.collection, "docs");
+        expect_code(
+            upload(&mut client, "live", &whole).await,
+            Code::AlreadyExists,
+            &["live"],
+        );
         binary::stop(server);
     })
     .await

@@ -636,3 +636,106 @@ async fn collections_from_before_replication_stay_local_and_say_so() {
         1
     );
 }
+
+/// The aliases `client`'s replica holds, as (alias, collection).
+async fn aliases_on(client: &mut LatheClient<Channel>) -> Vec<(String, String)> {
+    let aliases = client
+        .list_aliases(proto::ListAliasesRequest {})
+        .await
+        .expect("list aliases")
+        .into_inner()
+        .aliases;
+    aliases
+        .into_iter()
+        .map(|a| (a.alias, a.collection))
+        .collect()
+}
+
+/// Waits (10 s at most) until `client`'s replica holds exactly `expected` as its aliases.
+async fn until_aliases(client: &mut LatheClient<Channel>, expected: &[(&str, &str)]) {
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(a, c)| (a.to_string(), c.to_string()))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = aliases_on(client).await;
+        if now == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "aliases {now:?}, waiting for {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Aliases travel through the log: one made on a replica is seen and served on another, a switch
+/// made there comes back, a delete reaches both, and a restarted replica keeps what it applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alias_made_on_one_replica_is_seen_and_switched_on_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    let mut a = Replica::start_ready(&dir.path().join("a"), &nats).await;
+    let mut b = Replica::start_ready(&dir.path().join("b"), &nats).await;
+    create(&mut a.client, "v1").await;
+    create(&mut a.client, "v2").await;
+    write(&mut a.client, "v1", documents(0..3, 40)).await;
+    let token = write(&mut a.client, "v2", documents(10..13, 40)).await;
+    let (in_v1, in_v2): (Vec<String>, Vec<String>) = (
+        (0..3).map(|i| format!("doc{i}")).collect(),
+        (10..13).map(|i| format!("doc{i}")).collect(),
+    );
+    let all: Vec<String> = in_v1.iter().chain(&in_v2).cloned().collect();
+    a.client
+        .create_alias(proto::CreateAliasRequest {
+            alias: "live".into(),
+            collection: "v1".into(),
+        })
+        .await
+        .expect("create the alias on a");
+    until_aliases(&mut b.client, &[("live", "v1")]).await;
+    let seen = present(&mut b.client, "live", &all, token).await;
+    assert_eq!(seen, in_v1.iter().cloned().collect());
+
+    b.client
+        .switch_alias(proto::SwitchAliasRequest {
+            alias: "live".into(),
+            collection: "v2".into(),
+        })
+        .await
+        .expect("switch the alias on b");
+    until_aliases(&mut a.client, &[("live", "v2")]).await;
+    let seen = present(&mut a.client, "live", &all, token).await;
+    assert_eq!(seen, in_v2.iter().cloned().collect());
+    let refused = a
+        .client
+        .delete_collection(proto::DeleteCollectionRequest { name: "v2".into() })
+        .await
+        .expect_err("v2 is named by an alias");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+
+    // b restarts: it keeps the alias it applied, and applies what it missed.
+    b.kill();
+    a.client
+        .create_alias(proto::CreateAliasRequest {
+            alias: "old".into(),
+            collection: "v1".into(),
+        })
+        .await
+        .expect("create a second alias on a");
+    let mut b = Replica::start_ready(&dir.path().join("b"), &nats).await;
+    until_aliases(&mut b.client, &[("live", "v2"), ("old", "v1")]).await;
+    b.client
+        .delete_alias(proto::DeleteAliasRequest {
+            alias: "old".into(),
+        })
+        .await
+        .expect("delete the alias on b");
+    until_aliases(&mut a.client, &[("live", "v2")]).await;
+}

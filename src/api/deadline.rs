@@ -14,10 +14,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tonic::metadata::MetadataMap;
 use tonic::Status;
 use tower::{Layer, Service};
 
-use super::grpc::parse_grpc_timeout;
 use crate::error::LatheError;
 
 /// How long this layer lets a call with the client's `timeout` run before answering
@@ -25,6 +25,33 @@ use crate::error::LatheError;
 pub fn answer_within(timeout: Duration) -> Duration {
     let margin = (timeout / 20).clamp(Duration::from_millis(1), Duration::from_millis(50));
     timeout.saturating_sub(margin)
+}
+
+/// The deadline of a unary call: the client's grpc-timeout when shorter than the server's.
+pub(super) fn deadline(metadata: &MetadataMap, server_timeout: Duration) -> Duration {
+    let client = metadata
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_grpc_timeout);
+    client.map_or(server_timeout, |client| client.min(server_timeout))
+}
+
+/// `grpc-timeout` is an integer of at most 8 digits and a unit: H, M, S, m, u or n.
+fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    if value.len() < 2 || value.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = value.split_at(value.len() - 1);
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount * 3600),
+        "M" => Duration::from_secs(amount * 60),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -98,5 +125,24 @@ mod tests {
         assert_eq!(answer_within(ms(30_000)), ms(29_950), "at most 50 ms early");
         assert_eq!(answer_within(Duration::ZERO), Duration::ZERO);
         assert!(answer_within(ms(1)) < ms(1));
+    }
+
+    #[test]
+    fn grpc_timeouts_parse_and_the_shorter_deadline_wins() {
+        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_grpc_timeout("12"), None);
+        assert_eq!(parse_grpc_timeout("123456789S"), None);
+        let mut metadata = MetadataMap::new();
+        metadata.insert("grpc-timeout", "100m".parse().unwrap());
+        assert_eq!(
+            deadline(&metadata, Duration::from_secs(30)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            deadline(&MetadataMap::new(), Duration::from_secs(30)),
+            Duration::from_secs(30)
+        );
     }
 }

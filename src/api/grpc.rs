@@ -4,12 +4,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::{Access, ApiKeys};
+use super::call::{code_label, Call};
 use super::convert;
+use super::deadline::deadline;
 use super::proto;
 use super::proto::lathe_server::Lathe;
 
@@ -27,33 +29,6 @@ pub struct GrpcAdapter {
     metrics: Arc<Metrics>,
     /// Deadline of unary calls whose client sets none (or a longer one).
     request_timeout: Duration,
-}
-
-/// The deadline of a unary call: the client's grpc-timeout when shorter than the server's.
-fn deadline(metadata: &MetadataMap, server_timeout: Duration) -> Duration {
-    let client = metadata
-        .get("grpc-timeout")
-        .and_then(|v| v.to_str().ok())
-        .and_then(parse_grpc_timeout);
-    client.map_or(server_timeout, |client| client.min(server_timeout))
-}
-
-/// `grpc-timeout` is an integer of at most 8 digits and a unit: H, M, S, m, u or n.
-pub(super) fn parse_grpc_timeout(value: &str) -> Option<Duration> {
-    if value.len() < 2 || value.len() > 9 {
-        return None;
-    }
-    let (digits, unit) = value.split_at(value.len() - 1);
-    let amount: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(amount * 3600),
-        "M" => Duration::from_secs(amount * 60),
-        "S" => Duration::from_secs(amount),
-        "m" => Duration::from_millis(amount),
-        "u" => Duration::from_micros(amount),
-        "n" => Duration::from_nanos(amount),
-        _ => return None,
-    })
 }
 
 /// What a call that waits keeps of its deadline to write its answer.
@@ -85,71 +60,6 @@ async fn within<T>(
             set_by_client: false,
         }
         .into()),
-    }
-}
-
-/// One admitted call: holds its concurrency permit and records its outcome when it ends.
-pub(super) struct Call {
-    rpc: &'static str,
-    started: Instant,
-    metrics: Arc<Metrics>,
-    _permit: OwnedSemaphorePermit,
-    finished: bool,
-}
-
-impl Call {
-    pub(super) fn finish<T>(mut self, result: Result<T, Status>) -> Result<T, Status> {
-        let code = match &result {
-            Ok(_) => tonic::Code::Ok,
-            Err(status) => status.code(),
-        };
-        self.record(code);
-        self.finished = true;
-        result
-    }
-
-    fn record(&self, code: tonic::Code) {
-        self.metrics
-            .requests
-            .with_label_values(&[self.rpc, code_label(code)])
-            .inc();
-        self.metrics
-            .request_seconds
-            .with_label_values(&[self.rpc])
-            .observe(self.started.elapsed().as_secs_f64());
-    }
-}
-
-impl Drop for Call {
-    fn drop(&mut self) {
-        self.metrics.in_flight.dec();
-        if !self.finished {
-            // The client went away (or its deadline passed) while the call was being served.
-            self.record(tonic::Code::Cancelled);
-        }
-    }
-}
-
-fn code_label(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "OK",
-        Cancelled => "CANCELLED",
-        Unknown => "UNKNOWN",
-        InvalidArgument => "INVALID_ARGUMENT",
-        DeadlineExceeded => "DEADLINE_EXCEEDED",
-        NotFound => "NOT_FOUND",
-        AlreadyExists => "ALREADY_EXISTS",
-        PermissionDenied => "PERMISSION_DENIED",
-        ResourceExhausted => "RESOURCE_EXHAUSTED",
-        FailedPrecondition => "FAILED_PRECONDITION",
-        Aborted => "ABORTED",
-        OutOfRange => "OUT_OF_RANGE",
-        Unimplemented => "UNIMPLEMENTED",
-        Internal => "INTERNAL",
-        Unavailable => "UNAVAILABLE",
-        DataLoss => "DATA_LOSS",
-        Unauthenticated => "UNAUTHENTICATED",
     }
 }
 
@@ -197,14 +107,7 @@ impl GrpcAdapter {
                     self.max_concurrent
                 )))
             })?;
-        self.metrics.in_flight.inc();
-        Ok(Call {
-            rpc,
-            started: Instant::now(),
-            metrics: Arc::clone(&self.metrics),
-            _permit: permit,
-            finished: false,
-        })
+        Ok(Call::new(rpc, Arc::clone(&self.metrics), permit))
     }
 
     /// When a call that waits (a write with `wait`, WaitOperation) must stop waiting to answer
@@ -432,6 +335,70 @@ impl Lathe for GrpcAdapter {
         .await
     }
 
+    async fn create_alias(
+        &self,
+        request: Request<proto::CreateAliasRequest>,
+    ) -> Result<Response<proto::Alias>, Status> {
+        self.unary(
+            "CreateAlias",
+            Access::Write,
+            request,
+            |proto::CreateAliasRequest { alias, collection }| async move {
+                Ok(self.service.create_alias(alias, collection).await?.into())
+            },
+        )
+        .await
+    }
+
+    async fn switch_alias(
+        &self,
+        request: Request<proto::SwitchAliasRequest>,
+    ) -> Result<Response<proto::Alias>, Status> {
+        self.unary(
+            "SwitchAlias",
+            Access::Write,
+            request,
+            |proto::SwitchAliasRequest { alias, collection }| async move {
+                Ok(self.service.switch_alias(alias, collection).await?.into())
+            },
+        )
+        .await
+    }
+
+    async fn delete_alias(
+        &self,
+        request: Request<proto::DeleteAliasRequest>,
+    ) -> Result<Response<proto::DeleteAliasResponse>, Status> {
+        self.unary(
+            "DeleteAlias",
+            Access::Write,
+            request,
+            |proto::DeleteAliasRequest { alias }| async move {
+                self.service.delete_alias(alias).await?;
+                Ok(proto::DeleteAliasResponse {})
+            },
+        )
+        .await
+    }
+
+    async fn list_aliases(
+        &self,
+        request: Request<proto::ListAliasesRequest>,
+    ) -> Result<Response<proto::ListAliasesResponse>, Status> {
+        self.unary(
+            "ListAliases",
+            Access::Read,
+            request,
+            |proto::ListAliasesRequest {}| async move {
+                let aliases = self.service.list_aliases().await?;
+                Ok(proto::ListAliasesResponse {
+                    aliases: aliases.into_iter().map(Into::into).collect(),
+                })
+            },
+        )
+        .await
+    }
+
     async fn retrieve(
         &self,
         request: Request<proto::RetrieveRequest>,
@@ -483,29 +450,5 @@ impl Lathe for GrpcAdapter {
         request: Request<Streaming<proto::RestoreSnapshotRequest>>,
     ) -> Result<Response<proto::RestoreSnapshotResponse>, Status> {
         self.restore_snapshot_call(request).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grpc_timeouts_parse_and_the_shorter_deadline_wins() {
-        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
-        assert_eq!(parse_grpc_timeout("12"), None);
-        assert_eq!(parse_grpc_timeout("123456789S"), None);
-        let mut metadata = MetadataMap::new();
-        metadata.insert("grpc-timeout", "100m".parse().unwrap());
-        assert_eq!(
-            deadline(&metadata, Duration::from_secs(30)),
-            Duration::from_millis(100)
-        );
-        assert_eq!(
-            deadline(&MetadataMap::new(), Duration::from_secs(30)),
-            Duration::from_secs(30)
-        );
     }
 }

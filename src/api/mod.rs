@@ -2,6 +2,7 @@
 //! server with health and reflection. Proto types and tonic stay in this module.
 
 mod auth;
+mod call;
 pub mod convert;
 mod deadline;
 mod grpc;

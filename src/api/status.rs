@@ -69,7 +69,7 @@ fn code_of(error: &LatheError) -> Code {
     match error {
         LatheError::InvalidArgument { .. } => Code::InvalidArgument,
         LatheError::CollectionNotFound { .. } | LatheError::NotFound(_) => Code::NotFound,
-        LatheError::CollectionExists { .. } => Code::AlreadyExists,
+        LatheError::CollectionExists { .. } | LatheError::AliasExists { .. } => Code::AlreadyExists,
         LatheError::TooLarge { .. } => Code::ResourceExhausted,
         LatheError::Overloaded(_) => Code::ResourceExhausted,
         // The write is stored and will be applied; the wait for it ran out.

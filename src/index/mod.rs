@@ -9,7 +9,8 @@
 //!   the collections folder's layout, leftovers and settings file; `entry`: what it holds per name
 //!   ([`CollectionEntry`]: an [`OpenCollection`] or a [`FaultedCollection`]); `settings`: the
 //!   collection name rule and [`StoredSettings`]; `fault`: why a collection cannot serve
-//!   ([`Fault`]) and how that is found; `lock`: the data dir lock; `parallel`: opening
+//!   ([`Fault`]) and how that is found; `aliases`: second names of collections and
+//!   `aliases.json`; `lock`: the data dir lock; `parallel`: opening
 //!   collections a few at a time.
 //! - `collection`: one collection. `handle` (the [`CollectionIndex`] handle: open, write, shut
 //!   down), `records` (what is written and what a search returns), `schema` (tantivy fields and
@@ -25,7 +26,8 @@
 //!
 //! # The data dir
 //! `data_dir/lathe.lock` keeps a second server out (see `lock`); each collection lives in
-//! `data_dir/collections/<name>/{collection.json, index/}`. Besides those folders the catalog makes
+//! `data_dir/collections/<name>/{collection.json, index/}`; the aliases in `data_dir/aliases.json`
+//! (see `aliases`: replaced by a rename, as a collection folder is). Besides those folders the catalog makes
 //! only two kinds of hidden folder, and they are the only folders it ever removes on its own:
 //! `.creating-<name>` (a collection being built, renamed into place when complete) and
 //! `.deleting-<name>` (a collection renamed away by a delete, then removed). A crash leaves a
@@ -50,8 +52,8 @@ pub use crate::dense::{
     SEARCH_WAIT_SECONDS as DENSE_SEARCH_WAIT_SECONDS, TIER_MERGE_FACTOR as DENSE_TIER_MERGE_FACTOR,
 };
 pub use catalog::{
-    is_valid_collection_name, lock, Catalog, CollectionEntry, DataDirLock, Fault, FaultKind,
-    FaultedCollection, OpenCollection, SnapshotInfo, SnapshotManifest, StoredSettings,
+    is_valid_collection_name, lock, AliasChange, Catalog, CollectionEntry, DataDirLock, Fault,
+    FaultKind, FaultedCollection, OpenCollection, SnapshotInfo, SnapshotManifest, StoredSettings,
     TakenSnapshot,
 };
 pub use collection::{

@@ -10,7 +10,10 @@ use prost::Message;
 
 use super::proto;
 use crate::embed::QuantizedVectors;
-use crate::index::{section_key, DocumentRecord, SectionRecord, StoredSettings, MAX_GAP_BYTES};
+use crate::index::{
+    is_valid_collection_name, section_key, DocumentRecord, SectionRecord, StoredSettings,
+    MAX_GAP_BYTES,
+};
 
 /// The model that made a version's vectors: every replica must run the same one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,14 +43,23 @@ pub enum Entry {
         collection: String,
         doc_id: String,
     },
+    /// An alias made or switched to name `collection`.
+    AliasSet {
+        alias: String,
+        collection: String,
+    },
+    AliasDeleted {
+        alias: String,
+    },
 }
 
 impl Entry {
-    /// The collection the entry is about.
+    /// The collection the entry is about (for an alias entry, the alias).
     pub fn collection(&self) -> &str {
         match self {
             Entry::CollectionCreated { name, .. } | Entry::CollectionDeleted { name } => name,
             Entry::Upsert { collection, .. } | Entry::Delete { collection, .. } => collection,
+            Entry::AliasSet { alias, .. } | Entry::AliasDeleted { alias } => alias,
         }
     }
 }
@@ -106,6 +118,12 @@ pub fn encode(entry: Entry) -> Vec<u8> {
         } => proto::log_entry::Entry::Document(version_to_proto(collection, record, vectors)),
         Entry::Delete { collection, doc_id } => {
             proto::log_entry::Entry::DocumentDeleted(proto::DocumentDeleted { collection, doc_id })
+        }
+        Entry::AliasSet { alias, collection } => {
+            proto::log_entry::Entry::AliasSet(proto::AliasSet { alias, collection })
+        }
+        Entry::AliasDeleted { alias } => {
+            proto::log_entry::Entry::AliasDeleted(proto::AliasDeleted { alias })
         }
     };
     proto::LogEntry { entry: Some(entry) }.encode_to_vec()
@@ -214,7 +232,30 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, Malformed> {
             doc_id: deleted.doc_id,
         }),
         proto::log_entry::Entry::DocumentParts(parts) => Decoded::Parts(parts_from_proto(parts)?),
+        proto::log_entry::Entry::AliasSet(set) => {
+            check_alias_names(&[&set.alias, &set.collection])?;
+            Decoded::Entry(Entry::AliasSet {
+                alias: set.alias,
+                collection: set.collection,
+            })
+        }
+        proto::log_entry::Entry::AliasDeleted(deleted) => {
+            check_alias_names(&[&deleted.alias])?;
+            Decoded::Entry(Entry::AliasDeleted {
+                alias: deleted.alias,
+            })
+        }
     })
+}
+
+/// An alias entry names an alias and a collection by the collection name rule.
+fn check_alias_names(names: &[&str]) -> Result<(), Malformed> {
+    match names.iter().find(|name| !is_valid_collection_name(name)) {
+        Some(name) => Err(malformed(format!(
+            "an alias entry naming `{name}`, which is not a valid name"
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn parts_from_proto(parts: proto::DocumentParts) -> Result<PartsRef, Malformed> {
@@ -467,6 +508,33 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn alias_entries_come_back_as_written_and_bad_names_are_refused() {
+        let set = encode(Entry::AliasSet {
+            alias: "live".into(),
+            collection: "v2".into(),
+        });
+        match decode(&set).unwrap() {
+            Decoded::Entry(Entry::AliasSet { alias, collection }) => {
+                assert_eq!((alias.as_str(), collection.as_str()), ("live", "v2"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let deleted = encode(Entry::AliasDeleted {
+            alias: "live".into(),
+        });
+        assert!(matches!(
+            decode(&deleted).unwrap(),
+            Decoded::Entry(Entry::AliasDeleted { ref alias }) if alias == "live"
+        ));
+        let bad = encode(Entry::AliasSet {
+            alias: "live".into(),
+            collection: "a.b".into(),
+        });
+        let Malformed(why) = decode(&bad).unwrap_err();
+        assert!(why.contains("`a.b`"), "{why}");
     }
 
     #[test]

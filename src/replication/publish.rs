@@ -131,6 +131,19 @@ impl Replication {
         Ok(position)
     }
 
+    /// Publishes an alias entry (`AliasSet` or `AliasDeleted`) on the alias's subject; returns
+    /// its position. The latest entry of the subject is the alias's state.
+    pub async fn publish_alias(&self, entry: Entry) -> Result<u64> {
+        debug_assert!(matches!(
+            entry,
+            Entry::AliasSet { .. } | Entry::AliasDeleted { .. }
+        ));
+        self.stream().await?;
+        let subject = self.subjects.alias(entry.collection());
+        let message = PublishMessage::build().payload(codec::encode(entry).into());
+        self.publish_one(subject, message).await
+    }
+
     /// The position of collection `name` in the log when the log holds it (created and not
     /// deleted since).
     pub async fn collection_position(&self, name: &str) -> Result<Option<u64>> {

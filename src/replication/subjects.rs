@@ -37,6 +37,11 @@ impl Subjects {
         format!("{}.log.col.{collection}", self.prefix)
     }
 
+    /// The alias's latest state: set (naming a collection) or deleted.
+    pub fn alias(&self, alias: &str) -> String {
+        format!("{}.log.alias.{alias}", self.prefix)
+    }
+
     /// The document's latest version or its tombstone.
     pub fn document(&self, collection: &str, doc_id: &str) -> String {
         format!("{}.log.doc.{collection}.{}", self.prefix, doc_token(doc_id))

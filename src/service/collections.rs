@@ -1,5 +1,6 @@
 //! Create, list, get and delete collections, and what they report.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{chunking_from_stored, runtime_for, CollectionRuntime, Engine};
@@ -15,7 +16,7 @@ impl Engine {
         name: String,
         settings: CollectionSettings,
     ) -> Result<CollectionInfo> {
-        validate_collection_name(&name)?;
+        validate_collection_name("name", &name)?;
         if settings.section_tokens == 0
             || settings.section_tokens > self.config.limits.max_chunk_tokens.max(65_536)
         {
@@ -62,6 +63,12 @@ impl Engine {
             if self.catalog.entry(&name).is_ok() {
                 return Err(LatheError::CollectionExists { name });
             }
+            if let Some(collection) = self.catalog.alias_target(&name) {
+                return Err(LatheError::AliasExists {
+                    alias: name,
+                    collection,
+                });
+            }
             let entry = Entry::CollectionCreated {
                 name: name.clone(),
                 settings: stored,
@@ -75,17 +82,33 @@ impl Engine {
         Ok(Self::info(&CollectionEntry::Ready(collection)))
     }
 
+    /// Every collection, with the aliases naming it.
     pub async fn list_collections(&self) -> Result<Vec<CollectionInfo>> {
-        Ok(self.catalog.entries().iter().map(Self::info).collect())
+        let aliases = self.catalog.aliases();
+        Ok(self
+            .catalog
+            .entries()
+            .iter()
+            .map(|entry| with_aliases(Self::info(entry), &aliases))
+            .collect())
     }
 
+    /// The collection `name` names (through an alias, the one the alias names).
     pub async fn get_collection(&self, name: &str) -> Result<CollectionInfo> {
-        Ok(Self::info(&self.catalog.entry(name)?))
+        let target = self.resolve(name);
+        let entry = self
+            .catalog
+            .entry(&target.collection)
+            .map_err(|error| target.explain(error))?;
+        Ok(with_aliases(Self::info(&entry), &self.catalog.aliases()))
     }
 
     /// Deletes the collection; returns the delete's log position on a replica (every replica
     /// deletes it from the log; with it as a consistency token a read waits for that), else 0.
+    /// Refused while an alias names it.
     pub async fn delete_collection(&self, name: &str) -> Result<u64> {
+        let target = self.resolve(name);
+        let name = target.collection.as_str();
         // A collection from before replication was on is this replica's alone: deleted here.
         let local_only = match self.catalog.entry(name) {
             Ok(CollectionEntry::Ready(collection)) => collection.settings.log_created.is_none(),
@@ -96,13 +119,16 @@ impl Engine {
             Err(_) => false,
         };
         if let (Some(replication), false) = (self.replication(), local_only) {
+            self.catalog.check_unaliased(name)?;
             let position = replication.publish_collection_deleted(name).await?;
             self.wait_for_token(name, position).await?;
             return Ok(position);
         }
         let catalog = Arc::clone(&self.catalog);
         let owned = name.to_string();
-        blocking(move || catalog.delete(&owned)).await?;
+        blocking(move || catalog.delete(&owned))
+            .await
+            .map_err(|error| target.explain(error))?;
         // Its queued writes go with it: they fail, and never reach a new collection of the name.
         self.ingestor.writable(name);
         if self.ingestor.queue.is_some() {
@@ -148,6 +174,7 @@ impl Engine {
                     reason,
                     settings: Some(settings_from_stored(&collection.settings)),
                     stats,
+                    aliases: Vec::new(),
                 }
             }
             CollectionEntry::Faulted(faulted) => CollectionInfo {
@@ -159,9 +186,20 @@ impl Engine {
                 reason: faulted.fault.to_string(),
                 settings: faulted.settings.as_ref().map(settings_from_stored),
                 stats: None,
+                aliases: Vec::new(),
             },
         }
     }
+}
+
+/// `info` with the aliases naming its collection, of `aliases` (alias → collection).
+fn with_aliases(mut info: CollectionInfo, aliases: &BTreeMap<String, String>) -> CollectionInfo {
+    info.aliases = aliases
+        .iter()
+        .filter(|(_, collection)| **collection == info.name)
+        .map(|(alias, _)| alias.clone())
+        .collect();
+    info
 }
 
 fn settings_from_stored(stored: &StoredSettings) -> CollectionSettings {
@@ -172,12 +210,13 @@ fn settings_from_stored(stored: &StoredSettings) -> CollectionSettings {
     }
 }
 
-pub(super) fn validate_collection_name(name: &str) -> Result<()> {
+/// The collection name rule (aliases follow it too), `field` naming the request's field.
+pub(super) fn validate_collection_name(field: &str, name: &str) -> Result<()> {
     if crate::index::is_valid_collection_name(name) {
         Ok(())
     } else {
         Err(LatheError::invalid(
-            "name",
+            field,
             format!(
                 "`{}` must be 1 to 64 characters of [A-Za-z0-9_-]",
                 name.chars().take(80).collect::<String>()

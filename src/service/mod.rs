@@ -6,6 +6,7 @@
 //! # Layout
 //! - `mod.rs`: the engine: opening (model, catalog, pool), shutdown, what it keeps per collection.
 //! - `collections.rs`: create, list, get and delete collections, and what they report.
+//! - `aliases.rs`: create, switch, delete and list aliases; a call's name resolved, once.
 //! - `write.rs`: upsert, delete and sync: into the write queue (or the log), and operations.
 //! - `ingestor.rs`: the ingest stages, and the index workers that apply the write queue.
 //! - `retrieve.rs`: runs the query stages, timing each under its stage's name; the result cache.
@@ -14,6 +15,7 @@
 //! - `snapshots.rs`: snapshots of collections and restores from them, off the async threads.
 //! - `replica.rs`: with replication, the applier of log entries and the reads of the log.
 
+mod aliases;
 pub mod cache;
 mod collections;
 mod ingestor;

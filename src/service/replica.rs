@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::aliases::Target;
 use super::{runtime_for, Collection, CollectionRuntime, Engine};
 use crate::error::{LatheError, Result};
 use crate::index::{Catalog, CollectionEntry, StoredSettings, WriteOp};
@@ -90,6 +91,15 @@ impl Applier for ReplicaApplier {
                         pending.push(target, op, position);
                     }
                 }
+                // Ordered after the writes before it, as a collection entry is.
+                Entry::AliasSet { alias, collection } => {
+                    pending.commit()?;
+                    self.set_alias(alias, Some(collection), position)?;
+                }
+                Entry::AliasDeleted { alias } => {
+                    pending.commit()?;
+                    self.set_alias(alias, None, position)?;
+                }
             }
         }
         pending.commit()
@@ -130,12 +140,20 @@ impl ReplicaApplier {
             Err(error) => return Err(error),
             Ok(entry) => match created_at(&entry) {
                 Some(created) if created >= position => return Ok(()),
-                Some(_) => self.catalog.delete(name)?,
+                Some(_) => self.catalog.delete_even_if_aliased(name)?,
                 None => {
                     tracing::error!(collection = name, position, "the log creates a collection that exists here from before replication was on; it is left as it is and the log's is not applied here");
                     return Ok(());
                 }
             },
+        }
+        if self.catalog.alias_target(name).is_some() {
+            tracing::error!(
+                collection = name,
+                position,
+                "the log creates a collection of the name of an alias here; it is not applied here"
+            );
+            return Ok(());
         }
         let stored = StoredSettings {
             log_created: Some(position),
@@ -151,11 +169,24 @@ impl ReplicaApplier {
         Ok(())
     }
 
-    /// Deletes the collection's incarnations older than the tombstone at `position`.
+    /// Sets (or deletes) an alias as the log says. A name a collection of this replica's own
+    /// holds (from before replication) keeps the collection, and the entry is passed over.
+    fn set_alias(&self, alias: &str, collection: Option<&str>, position: u64) -> Result<()> {
+        if self.catalog.entry(alias).is_ok() {
+            tracing::error!(alias, position, "the log sets an alias of the name of a collection here; the alias is not applied here");
+            return Ok(());
+        }
+        self.catalog.apply_alias(alias, collection)?;
+        tracing::info!(alias, collection, position, "alias set from the log");
+        Ok(())
+    }
+
+    /// Deletes the collection's incarnations older than the tombstone at `position` (whatever
+    /// aliases name it here: the replica that published the delete checked its own).
     fn delete(&self, name: &str, position: u64) -> Result<()> {
         match self.catalog.entry(name) {
             Ok(entry) if created_at(&entry).is_some_and(|created| created < position) => {
-                self.catalog.delete(name)?;
+                self.catalog.delete_even_if_aliased(name)?;
                 tracing::info!(
                     collection = name,
                     position,
@@ -196,7 +227,30 @@ impl Engine {
 
     /// The collection `name`; on a replica, one the log holds but this replica has not applied
     /// yet is waited for (within the call's deadline).
+    /// A name that is an alias gives the collection the alias names now.
     pub(super) async fn collection_or_log(&self, name: &str) -> Result<Arc<Collection>> {
+        let target = self.resolve(name);
+        self.resolved_collection(&target).await
+    }
+
+    /// [`Engine::collection_or_log`] for a name already resolved. A collection gone since an
+    /// alias was resolved (switched, then the old collection deleted, in between) gives the
+    /// collection the alias names now: the call sees the old collection or the new, never neither.
+    pub(super) async fn resolved_collection(&self, target: &Target) -> Result<Arc<Collection>> {
+        let found = self.collection_or_log_of(&target.collection).await;
+        if let (Err(LatheError::CollectionNotFound { .. }), Some(alias)) = (&found, &target.alias) {
+            let now = self.resolve(alias);
+            if now != *target {
+                return self
+                    .collection_or_log_of(&now.collection)
+                    .await
+                    .map_err(|error| now.explain(error));
+            }
+        }
+        found.map_err(|error| target.explain(error))
+    }
+
+    async fn collection_or_log_of(&self, name: &str) -> Result<Arc<Collection>> {
         match (self.catalog.get(name), self.replication()) {
             (Err(LatheError::CollectionNotFound { .. }), Some(replication)) => {
                 let Some(position) = replication.collection_position(name).await? else {

@@ -34,17 +34,22 @@ impl Engine {
     /// replica has applied the log up to it.
     pub async fn retrieve(
         &self,
-        query: RetrieveQuery,
+        mut query: RetrieveQuery,
         consistency_token: u64,
     ) -> Result<RetrieveResult> {
         let started = Instant::now();
         validate::validate_query(&self.config.limits, &query)?;
-        self.wait_for_token(&query.collection, consistency_token)
+        // Once, here: every stage runs on this collection, whatever an alias names meanwhile.
+        let target = self.resolve(&query.collection);
+        self.wait_for_token(&target.collection, consistency_token)
             .await?;
         let collection = self
-            .collection_or_log(&query.collection)
+            .resolved_collection(&target)
             .await
             .map_err(|error| error.naming_documents(&query.filter.doc_ids))?;
+        // The cache key names the collection, never the alias: a switched alias cannot hit the
+        // other collection's answers (the incarnation already tells collections apart).
+        query.collection.clone_from(&collection.name);
         let defaults = PlanDefaults {
             chunking: &collection.extra.default_chunking,
             section_tokens: collection.settings.section_tokens,

@@ -22,13 +22,16 @@ pub struct Restored {
 }
 
 impl Engine {
-    /// Takes a snapshot of the collection's latest commit. It goes on to the end once started,
-    /// even when the caller stops waiting.
+    /// Takes a snapshot of the collection's latest commit (of the collection an alias names, for
+    /// an alias). It goes on to the end once started, even when the caller stops waiting.
     pub async fn create_snapshot(&self, collection: &str) -> Result<SnapshotInfo> {
+        let target = self.resolve(collection);
         let catalog = Arc::clone(&self.catalog);
-        let name = collection.to_string();
+        let name = target.collection.clone();
         let started = std::time::Instant::now();
-        let taken = blocking(move || catalog.create_snapshot(&name)).await?;
+        let taken = blocking(move || catalog.create_snapshot(&name))
+            .await
+            .map_err(|error| target.explain(error))?;
         tracing::info!(
             collection,
             snapshot = %taken.info.name,
@@ -77,7 +80,7 @@ impl Engine {
         label: String,
         input: Box<dyn Read + Send>,
     ) -> Result<Restored> {
-        validate_collection_name(&name)?;
+        validate_collection_name("collection", &name)?;
         if self.replication().is_some() {
             return Err(LatheError::Precondition(
                 "a replica's collections come from the replicated log, so a snapshot cannot be \

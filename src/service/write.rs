@@ -209,7 +209,7 @@ impl Engine {
             return Err(LatheError::invalid("collection", "must not be empty"));
         }
         self.queue()?;
-        let name = collection.to_string();
+        let name = self.resolve(collection).collection;
         self.ingestor
             .queue_call(move |queue| queue.operations(&name, limit))
             .await
@@ -292,7 +292,7 @@ impl Engine {
     /// here. Returns the generation that shows them.
     pub async fn sync(&self, collection_name: &str, token: u64) -> Result<u64> {
         let collection = self.collection_or_log(collection_name).await?;
-        self.wait_for_token(collection_name, token).await?;
+        self.wait_for_token(&collection.name, token).await?;
         if self.replication().is_some() {
             return Ok(collection.index.snapshot().generation);
         }

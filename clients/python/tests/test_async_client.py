@@ -81,6 +81,12 @@ def test_collections_writes_operations_and_retrieval_through_grpc_aio(
         assert raised.value.code is grpc.StatusCode.ALREADY_EXISTS
         assert (await client.create_collection(name, exist_ok=True)).name == name
         assert name in [c.name for c in await client.list_collections()]
+        alias = f"{name}-alias"
+        assert (await client.create_alias(alias, name)).collection == name
+        assert (await client.switch_alias(alias, name)).collection == name
+        assert alias in [a.alias for a in await client.list_aliases()]
+        await client.delete_alias(alias)
+        assert alias not in [a.alias for a in await client.list_aliases()]
 
         written = await client.upsert(
             name,

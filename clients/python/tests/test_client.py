@@ -11,6 +11,7 @@ from tokenizers import Tokenizer
 
 from conftest import models_dir, start_server
 from lathe_client import (
+    Alias,
     Chunking,
     CollectionDeleted,
     ChunkStrategy,
@@ -119,6 +120,27 @@ def test_collections_are_created_listed_read_and_deleted(lathe: Lathe) -> None:
     with pytest.raises(LatheError) as raised:
         lathe.get_collection(name)
     assert raised.value.code is grpc.StatusCode.NOT_FOUND
+
+
+def test_an_alias_names_a_collection_until_switched_and_is_listed(lathe: Lathe) -> None:
+    first, second, alias = unique_name("v1"), unique_name("v2"), unique_name("live")
+    for name, text in [(first, "Puffins nest on cliffs."), (second, "Puffins eat sand eels.")]:
+        lathe.create_collection(name)
+        lathe.upsert(name, [{"id": f"{name}-doc", "text": text}], wait=True)
+    assert lathe.create_alias(alias, first) == Alias(alias=alias, collection=first)
+    assert Alias(alias=alias, collection=first) in lathe.list_aliases()
+    assert lathe.get_collection(alias).name == first
+    assert alias in lathe.get_collection(first).aliases
+    assert lathe.retrieve(alias, "puffins", budget=32).chunks[0].doc_id == f"{first}-doc"
+    assert lathe.switch_alias(alias, second).collection == second
+    assert lathe.retrieve(alias, "puffins", budget=32).chunks[0].doc_id == f"{second}-doc"
+    with pytest.raises(LatheError) as raised:
+        lathe.delete_collection(second)
+    assert raised.value.code is grpc.StatusCode.FAILED_PRECONDITION
+    lathe.delete_alias(alias)
+    assert alias not in [a.alias for a in lathe.list_aliases()]
+    for name in (first, second):
+        lathe.delete_collection(name)
 
 
 def test_retrieve_returns_chunks_within_budget_with_exact_offsets(

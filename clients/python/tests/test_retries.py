@@ -77,6 +77,14 @@ class ScriptedLathe(lathe_pb2_grpc.LatheServicer):
         self._fail("CreateCollection", request, context)
         return lathe_pb2.CollectionInfo(name=request.name)
 
+    def CreateAlias(self, request, context):  # type: ignore[no-untyped-def]
+        self._fail("CreateAlias", request, context)
+        return lathe_pb2.Alias(alias=request.alias, collection=request.collection)
+
+    def SwitchAlias(self, request, context):  # type: ignore[no-untyped-def]
+        self._fail("SwitchAlias", request, context)
+        return lathe_pb2.Alias(alias=request.alias, collection=request.collection)
+
     def WaitOperation(self, request, context):  # type: ignore[no-untyped-def]
         seen = self.calls.setdefault("WaitOperation", [])
         seen.append(request)
@@ -152,6 +160,12 @@ def test_no_retries_with_one_attempt_nor_for_other_codes_nor_collection_creation
         with pytest.raises(LatheError):
             lathe.create_collection("c")
         assert len(servicer.calls["CreateCollection"]) == 1
+        # As would a retried CreateAlias; a retried switch is the same switch.
+        with pytest.raises(LatheError):
+            lathe.create_alias("live", "c")
+        assert len(servicer.calls["CreateAlias"]) == 1
+        assert lathe.switch_alias("live", "c").collection == "c"
+        assert len(servicer.calls["SwitchAlias"]) == 2
         servicer.calls.clear()
         servicer.code = grpc.StatusCode.INVALID_ARGUMENT
         with pytest.raises(LatheError):

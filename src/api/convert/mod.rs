@@ -8,7 +8,7 @@ pub use writes::{document_from_proto, documents_from_proto};
 use super::proto;
 use crate::error::{LatheError, Result};
 use crate::types::{
-    normalise_query, ChunkSelection, ChunkingSpec, CollectionInfo, CollectionSettings,
+    normalise_query, Alias, ChunkSelection, ChunkingSpec, CollectionInfo, CollectionSettings,
     CollectionState, CollectionStats, DenseStats, ExactF32, Filter, ResultOrder, RetrieveQuery,
     RetrieveResult, RetrievedChunk, SemanticKind, SemanticRule, Strategy, Unit,
     DEFAULT_SECTION_TOKENS, METADATA_SEPARATOR,
@@ -185,6 +185,12 @@ pub fn settings_from_proto(
     })
 }
 
+impl From<Alias> for proto::Alias {
+    fn from(Alias { alias, collection }: Alias) -> Self {
+        proto::Alias { alias, collection }
+    }
+}
+
 impl From<CollectionInfo> for proto::CollectionInfo {
     fn from(info: CollectionInfo) -> Self {
         let CollectionInfo {
@@ -193,9 +199,11 @@ impl From<CollectionInfo> for proto::CollectionInfo {
             reason,
             settings,
             stats,
+            aliases,
         } = info;
         proto::CollectionInfo {
             name,
+            aliases,
             settings: settings.map(
                 |CollectionSettings {
                      budget_tokenizer,
@@ -422,8 +430,10 @@ mod tests {
             reason: "/d/collections/docs/collection.json: No such file or directory".into(),
             settings: None,
             stats: None,
+            aliases: vec!["live".into()],
         });
         assert_eq!(info.state(), proto::CollectionState::Damaged);
+        assert_eq!(info.aliases, ["live"]);
         assert_eq!(
             info.reason,
             "/d/collections/docs/collection.json: No such file or directory"
@@ -435,6 +445,7 @@ mod tests {
             reason: String::new(),
             settings: Some(CollectionSettings::default()),
             stats: Some(CollectionStats::default()),
+            aliases: Vec::new(),
         });
         assert_eq!(ready.state(), proto::CollectionState::Ready);
         assert!(ready.settings.is_some() && ready.stats.is_some());

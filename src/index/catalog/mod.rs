@@ -5,13 +5,16 @@
 //! Files import one way, bottom up: `settings` (the name rule, [`StoredSettings`]), `fault`
 //! ([`Fault`]) and `lock` first; `folders` (the layout, leftovers, the settings file) over
 //! `settings` and `fault`; `entry` ([`CollectionEntry`]) over `settings`, `fault` and the
-//! collection's handle; this file, the [`Catalog`], over all of them.
+//! collection's handle; `aliases` (the aliases and `aliases.json`) over `settings` and `folders`;
+//! this file, the [`Catalog`], over all of them.
 
+mod aliases;
 mod archive;
 mod entry;
 mod fault;
 mod folders;
 pub mod lock;
+mod opener;
 mod parallel;
 mod settings;
 mod snapshots;
@@ -20,6 +23,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
+pub use aliases::AliasChange;
 pub use archive::SnapshotManifest;
 pub use entry::{CollectionEntry, FaultedCollection, OpenCollection};
 pub use fault::{Fault, FaultKind};
@@ -27,11 +31,12 @@ pub use lock::DataDirLock;
 pub use settings::{is_valid_collection_name, StoredSettings};
 pub use snapshots::{SnapshotInfo, TakenSnapshot};
 
-use fault::{check_index_meta, diagnose_index};
+use aliases::AliasMap;
 use folders::{
-    classify, read_settings, remove_leftover, sync_dir, write_settings, Found, COLLECTIONS_DIR,
-    CREATING_PREFIX, DELETING_PREFIX, INDEX_DIR, SETTINGS_FILE,
+    classify, remove_leftover, sync_dir, write_settings, Found, COLLECTIONS_DIR, CREATING_PREFIX,
+    DELETING_PREFIX, INDEX_DIR, SETTINGS_FILE,
 };
+use opener::Opener;
 
 use crate::dense::DenseIndexConfig;
 use crate::error::{LatheError, Result};
@@ -46,7 +51,9 @@ pub struct Catalog<T> {
     writer_settings: WriterSettings,
     dense: Option<DenseIndexConfig>,
     entries: RwLock<BTreeMap<String, CollectionEntry<T>>>,
-    /// Serialises creates and deletes, so that each checks and changes the folders and the
+    /// Second names of collections (`data_dir/aliases.json`), in the collections' namespace.
+    aliases: AliasMap,
+    /// Serialises creates, deletes and alias changes, so that each checks and changes the folders and the
     /// listing as one step while `entries` (which every call reads) is write-locked only for the
     /// moment of the change, never while folders are synced or writers stop.
     changing: Mutex<()>,
@@ -55,14 +62,6 @@ pub struct Catalog<T> {
     lock: Mutex<Option<DataDirLock>>,
     /// Applies every collection's writes (declared last: dropped after the collections).
     writer_pool: CollectionWriterPool,
-}
-
-/// What opening one collection needs, shared by the threads that open them at start.
-struct Opener<'a> {
-    root: &'a Path,
-    writer_settings: &'a WriterSettings,
-    writer_pool: &'a CollectionWriterPool,
-    dense: Option<DenseIndexConfig>,
 }
 
 impl<T> Catalog<T> {
@@ -84,6 +83,9 @@ impl<T> Catalog<T> {
         snapshots::remove_snapshot_leftovers(data_dir);
         std::fs::create_dir_all(&root)
             .map_err(|e| LatheError::io(format!("creating {}", root.display()), e))?;
+        // An alias naming a collection that is missing or faulted is kept: reads through it
+        // answer that collection's error.
+        let aliases = AliasMap::open(data_dir)?;
         let writer_pool = CollectionWriterPool::niced(
             writer_settings.threads,
             writer_settings.max_open_writers,
@@ -124,6 +126,7 @@ impl<T> Catalog<T> {
             writer_settings,
             dense,
             entries: RwLock::new(entries),
+            aliases,
             changing: Mutex::new(()),
             lock: Mutex::new(Some(lock)),
             writer_pool,
@@ -161,10 +164,16 @@ impl<T> Catalog<T> {
         extra: T,
     ) -> Result<Arc<OpenCollection<T>>> {
         debug_assert!(is_valid_collection_name(name));
-        let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        let _changing = self.changing();
         if self.read().contains_key(name) {
             return Err(LatheError::CollectionExists {
                 name: name.to_string(),
+            });
+        }
+        if let Some(collection) = self.aliases.target(name) {
+            return Err(LatheError::AliasExists {
+                alias: name.to_string(),
+                collection,
             });
         }
         let target = self.root.join(name);
@@ -273,9 +282,24 @@ impl<T> Catalog<T> {
 
     /// Deletes a collection, ready or faulted, all or nothing: its folder is renamed away first,
     /// while the collection keeps serving; only once that rename is durable is it unlisted, its
-    /// writer stopped and the folder removed. A refused rename changes nothing.
+    /// writer stopped and the folder removed. A refused rename changes nothing. Refused while an
+    /// alias names it: deleting would break every reader of the alias.
     pub fn delete(&self, name: &str) -> Result<()> {
-        let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        let _changing = self.changing();
+        if self.read().contains_key(name) {
+            self.check_unaliased(name)?;
+        }
+        self.delete_changing(name)
+    }
+
+    /// [`Catalog::delete`] whatever aliases name the collection (they are kept, and reads through
+    /// them answer NOT_FOUND): for a delete the write log already holds.
+    pub fn delete_even_if_aliased(&self, name: &str) -> Result<()> {
+        let _changing = self.changing();
+        self.delete_changing(name)
+    }
+
+    fn delete_changing(&self, name: &str) -> Result<()> {
         let entry = self.entry(name)?;
         let target = self.root.join(name);
         let doomed = self.root.join(format!("{DELETING_PREFIX}{name}"));
@@ -329,6 +353,54 @@ impl<T> Catalog<T> {
         Ok(())
     }
 
+    /// The collection the alias `name` names; `None` when `name` is no alias.
+    pub fn alias_target(&self, name: &str) -> Option<String> {
+        self.aliases.target(name)
+    }
+
+    /// Every alias and the collection it names, by alias.
+    pub fn aliases(&self) -> BTreeMap<String, String> {
+        self.aliases.all()
+    }
+
+    /// Points `alias` at the collection `collection`, durably (see `aliases`), checked against
+    /// the collections and the aliases.
+    pub fn set_alias(&self, alias: &str, collection: &str, change: AliasChange) -> Result<()> {
+        let _changing = self.changing();
+        self.aliases.set(alias, collection, change, |name| {
+            self.read().contains_key(name)
+        })
+    }
+
+    /// Deletes `alias`; returns the collection it named.
+    pub fn delete_alias(&self, alias: &str) -> Result<String> {
+        let _changing = self.changing();
+        self.aliases.remove(alias)
+    }
+
+    /// Sets (or, with `None`, deletes) `alias` as the write log says, unchecked: the replica that
+    /// accepted the change checked it.
+    pub fn apply_alias(&self, alias: &str, collection: Option<&str>) -> Result<()> {
+        let _changing = self.changing();
+        self.aliases.apply(alias, collection)
+    }
+
+    /// FAILED_PRECONDITION naming the aliases when any names the collection `name`.
+    pub fn check_unaliased(&self, name: &str) -> Result<()> {
+        let aliases = self.aliases.naming(name);
+        if aliases.is_empty() {
+            return Ok(());
+        }
+        Err(LatheError::Precondition(format!(
+            "collection `{name}` is named by alias `{}`: switch or delete the alias first (a deliberate refusal: deleting it would break every reader of the alias)",
+            aliases.join("`, `")
+        )))
+    }
+
+    fn changing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.changing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Commits and stops every collection's writer (the pool's workers stop them side by side),
     /// then releases the data dir.
     pub fn shutdown(&self) {
@@ -364,61 +436,6 @@ impl<T> Catalog<T> {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, CollectionEntry<T>>> {
         self.entries.write().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl Opener<'_> {
-    /// Opens the collection in `root/name`, or says why it cannot serve.
-    fn open_collection<T>(
-        &self,
-        name: &str,
-        attach: &impl Fn(&str, &StoredSettings) -> Result<T, Fault>,
-    ) -> CollectionEntry<T> {
-        let folder = self.root.join(name);
-        let faulted = |fault: Fault, settings: Option<StoredSettings>| {
-            tracing::error!(collection = %name, file = %fault.path.display(), cause = %fault.cause, kind = ?fault.kind, "collection cannot be opened; it is kept as found and the other collections serve");
-            CollectionEntry::Faulted(Arc::new(FaultedCollection {
-                name: name.to_string(),
-                fault,
-                settings,
-            }))
-        };
-        let settings = match read_settings(&folder) {
-            Ok(settings) => settings,
-            Err(fault) => return faulted(fault, None),
-        };
-        let index_dir = folder.join(INDEX_DIR);
-        // `CollectionIndex::open` would make an empty index where the metadata is missing, and tantivy's
-        // next commit would then collect the old segment files as garbage.
-        if let Err(fault) = check_index_meta(&index_dir) {
-            return faulted(fault, Some(settings));
-        }
-        // Before the index: a collection that cannot serve never starts a writer on its files.
-        let extra = match attach(name, &settings) {
-            Ok(extra) => extra,
-            Err(fault) => return faulted(fault, Some(settings)),
-        };
-        let index = match CollectionIndex::open(
-            &index_dir,
-            name,
-            self.dense.clone(),
-            self.writer_settings,
-            self.writer_pool,
-        ) {
-            Ok(index) => index,
-            // Written by another version of Lathe: intact, but not readable by this one.
-            Err(LatheError::IncompatibleIndex { reason, .. }) => {
-                return faulted(Fault::offline(&index_dir, reason), Some(settings))
-            }
-            Err(error) => return faulted(diagnose_index(&index_dir, &error), Some(settings)),
-        };
-        tracing::info!(collection = %name, generation = index.snapshot().generation, "opened collection");
-        CollectionEntry::Ready(Arc::new(OpenCollection {
-            name: name.to_string(),
-            settings,
-            index,
-            extra,
-        }))
     }
 }
 
@@ -613,6 +630,36 @@ mod tests {
             .join(COLLECTIONS_DIR)
             .join(".creating-late")
             .exists());
+    }
+
+    #[test]
+    fn aliases_share_the_collections_namespace_and_hold_their_collection() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = open_catalog(dir.path());
+        catalog.create("v1", settings(), ()).unwrap();
+        catalog.create("v2", settings(), ()).unwrap();
+        catalog
+            .set_alias("live", "v1", AliasChange::Create)
+            .unwrap();
+        assert!(matches!(
+            catalog.create("live", settings(), ()),
+            Err(LatheError::AliasExists { ref collection, .. }) if collection == "v1"
+        ));
+        let refused = catalog.delete("v1").unwrap_err().to_string();
+        assert!(refused.contains("named by alias `live`"), "{refused}");
+        assert!(catalog.get("v1").is_ok());
+        catalog
+            .set_alias("live", "v2", AliasChange::Switch)
+            .unwrap();
+        catalog.delete("v1").unwrap();
+        // A delete the log holds goes ahead; the alias stays, naming what is gone.
+        catalog.delete_even_if_aliased("v2").unwrap();
+        assert_eq!(catalog.alias_target("live").as_deref(), Some("v2"));
+        catalog.shutdown();
+        drop(catalog);
+        let reopened = open_catalog(dir.path());
+        assert_eq!(reopened.alias_target("live").as_deref(), Some("v2"));
+        assert!(reopened.entries().is_empty());
     }
 
     #[test]

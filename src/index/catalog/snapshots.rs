@@ -181,6 +181,12 @@ impl<T> Catalog<T> {
                 name: name.to_string(),
             });
         }
+        if let Some(collection) = self.aliases.target(name) {
+            return Err(LatheError::AliasExists {
+                alias: name.to_string(),
+                collection,
+            });
+        }
         let root = self.snapshots_root();
         std::fs::create_dir_all(&root)
             .map_err(|e| LatheError::io(format!("creating {}", root.display()), e))?;
@@ -210,11 +216,17 @@ impl<T> Catalog<T> {
         settings: StoredSettings,
         extra: T,
     ) -> Result<Arc<OpenCollection<T>>> {
-        let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        let _changing = self.changing();
         let target = self.root.join(name);
         if self.read().contains_key(name) || target.symlink_metadata().is_ok() {
             return Err(LatheError::CollectionExists {
                 name: name.to_string(),
+            });
+        }
+        if let Some(collection) = self.aliases.target(name) {
+            return Err(LatheError::AliasExists {
+                alias: name.to_string(),
+                collection,
             });
         }
         std::fs::rename(prepared, &target).map_err(|source| LatheError::StorageRefused {

@@ -66,8 +66,9 @@ def retry_service_config(max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> str:
     RESOURCE_EXHAUSTED (a full write queue, a server shedding load) is tried again, up to
     `max_attempts` in all, with exponential backoff (gRPC's jittered delays of up to 0.5, 1, 2,
     4 s, ..., at most 8 s), within the call's deadline. Writes are safe to retry because each
-    carries a write_id. CreateCollection and DeleteCollection are not retried: a retry of one
-    that was applied would answer ALREADY_EXISTS or NOT_FOUND. max_attempts 1: no retries."""
+    carries a write_id. CreateCollection, DeleteCollection, CreateAlias and DeleteAlias are not
+    retried: a retry of one that was applied would answer ALREADY_EXISTS or NOT_FOUND (SwitchAlias
+    is: switching twice to one collection is switching once). max_attempts 1: no retries."""
     retried: dict[str, Any] = {"name": [{"service": SERVICE_NAME}]}
     if max_attempts > 1:
         retried["retryPolicy"] = {
@@ -81,6 +82,8 @@ def retry_service_config(max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> str:
         "name": [
             {"service": SERVICE_NAME, "method": "CreateCollection"},
             {"service": SERVICE_NAME, "method": "DeleteCollection"},
+            {"service": SERVICE_NAME, "method": "CreateAlias"},
+            {"service": SERVICE_NAME, "method": "DeleteAlias"},
         ]
     }
     return json.dumps({"methodConfig": [retried, not_retried]})
@@ -558,6 +561,7 @@ def _collection_from_proto(info: lathe_pb2.CollectionInfo) -> CollectionInfo:
         ),
         state=_COLLECTION_STATES.get(info.state, CollectionState.UNSPECIFIED),
         reason=info.reason,
+        aliases=tuple(info.aliases),
     )
 
 

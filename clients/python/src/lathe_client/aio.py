@@ -64,6 +64,7 @@ from lathe_client._wire import (
 )
 from lathe_client.errors import LatheError
 from lathe_client.types import (
+    Alias,
     Chunking,
     CollectionDeleted,
     CollectionInfo,
@@ -199,6 +200,31 @@ class AsyncLathe(_ClientBase):
         request = lathe_pb2.DeleteCollectionRequest(name=name)
         reply = await self._call("DeleteCollection", self._stub.DeleteCollection, request)
         return CollectionDeleted(name=name, consistency_token=reply.consistency_token)
+
+    # -- aliases -----------------------------------------------------------------------------
+
+    async def create_alias(self, alias: str, collection: str) -> Alias:
+        """As `Lathe.create_alias`."""
+        request = lathe_pb2.CreateAliasRequest(alias=alias, collection=collection)
+        reply = await self._call("CreateAlias", self._stub.CreateAlias, request)
+        return Alias(alias=reply.alias, collection=reply.collection)
+
+    async def switch_alias(self, alias: str, collection: str) -> Alias:
+        """As `Lathe.switch_alias`."""
+        request = lathe_pb2.SwitchAliasRequest(alias=alias, collection=collection)
+        reply = await self._call("SwitchAlias", self._stub.SwitchAlias, request)
+        return Alias(alias=reply.alias, collection=reply.collection)
+
+    async def delete_alias(self, alias: str) -> None:
+        request = lathe_pb2.DeleteAliasRequest(alias=alias)
+        await self._call("DeleteAlias", self._stub.DeleteAlias, request)
+
+    async def list_aliases(self) -> list[Alias]:
+        """As `Lathe.list_aliases`."""
+        response = await self._call(
+            "ListAliases", self._stub.ListAliases, lathe_pb2.ListAliasesRequest()
+        )
+        return [Alias(alias=a.alias, collection=a.collection) for a in response.aliases]
 
     # -- documents ---------------------------------------------------------------------------
 

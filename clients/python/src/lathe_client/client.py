@@ -45,6 +45,7 @@ from lathe_client._wire import _chunking_to_proto as _chunking_to_proto
 from lathe_client._wire import retry_service_config as retry_service_config
 from lathe_client.errors import LatheError
 from lathe_client.types import (
+    Alias,
     Chunking,
     CollectionDeleted,
     CollectionInfo,
@@ -182,6 +183,33 @@ class Lathe(_ClientBase):
         request = lathe_pb2.DeleteCollectionRequest(name=name)
         reply = self._call("DeleteCollection", self._stub.DeleteCollection, request)
         return CollectionDeleted(name=name, consistency_token=reply.consistency_token)
+
+    # -- aliases -----------------------------------------------------------------------------
+
+    def create_alias(self, alias: str, collection: str) -> Alias:
+        """Makes `alias` a second name of the collection `collection`: every call taking a
+        collection name accepts it. ALREADY_EXISTS when a collection or alias holds the name."""
+        request = lathe_pb2.CreateAliasRequest(alias=alias, collection=collection)
+        reply = self._call("CreateAlias", self._stub.CreateAlias, request)
+        return Alias(alias=reply.alias, collection=reply.collection)
+
+    def switch_alias(self, alias: str, collection: str) -> Alias:
+        """Points the existing `alias` at `collection` at once: a retrieve sees the old collection
+        or the new one, never an error in between. NOT_FOUND when there is no such alias."""
+        request = lathe_pb2.SwitchAliasRequest(alias=alias, collection=collection)
+        reply = self._call("SwitchAlias", self._stub.SwitchAlias, request)
+        return Alias(alias=reply.alias, collection=reply.collection)
+
+    def delete_alias(self, alias: str) -> None:
+        request = lathe_pb2.DeleteAliasRequest(alias=alias)
+        self._call("DeleteAlias", self._stub.DeleteAlias, request)
+
+    def list_aliases(self) -> list[Alias]:
+        """Every alias, by name."""
+        response = self._call(
+            "ListAliases", self._stub.ListAliases, lathe_pb2.ListAliasesRequest()
+        )
+        return [Alias(alias=a.alias, collection=a.collection) for a in response.aliases]
 
     # -- documents ---------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 
 # The package re-exports exactly these (lathe_client/__init__.py).
 __all__ = [
+    "Alias",
     "Chunk",
     "Chunking",
     "ChunkStrategy",
@@ -149,6 +150,16 @@ class CollectionInfo:
     state: CollectionState = CollectionState.READY
     # Why the collection is not READY: the file and the cause ("" when READY).
     reason: str = ""
+    # The aliases naming this collection, by name.
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A second name for a collection: any call taking a collection name accepts it."""
+
+    alias: str
+    collection: str
 
 
 @dataclass(frozen=True)

@@ -132,18 +132,20 @@ class DenseStats(_message.Message):
     def __init__(self, vectors: _Optional[int] = ..., sections_with_vector: _Optional[int] = ...) -> None: ...
 
 class CollectionInfo(_message.Message):
-    __slots__ = ("name", "settings", "stats", "state", "reason")
+    __slots__ = ("name", "settings", "stats", "state", "reason", "aliases")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    ALIASES_FIELD_NUMBER: _ClassVar[int]
     name: str
     settings: CollectionSettings
     stats: CollectionStats
     state: CollectionState
     reason: str
-    def __init__(self, name: _Optional[str] = ..., settings: _Optional[_Union[CollectionSettings, _Mapping]] = ..., stats: _Optional[_Union[CollectionStats, _Mapping]] = ..., state: _Optional[_Union[CollectionState, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    aliases: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., settings: _Optional[_Union[CollectionSettings, _Mapping]] = ..., stats: _Optional[_Union[CollectionStats, _Mapping]] = ..., state: _Optional[_Union[CollectionState, str]] = ..., reason: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CreateCollectionRequest(_message.Message):
     __slots__ = ("name", "settings")
@@ -180,6 +182,50 @@ class DeleteCollectionResponse(_message.Message):
     CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     consistency_token: int
     def __init__(self, consistency_token: _Optional[int] = ...) -> None: ...
+
+class Alias(_message.Message):
+    __slots__ = ("alias", "collection")
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    alias: str
+    collection: str
+    def __init__(self, alias: _Optional[str] = ..., collection: _Optional[str] = ...) -> None: ...
+
+class CreateAliasRequest(_message.Message):
+    __slots__ = ("alias", "collection")
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    alias: str
+    collection: str
+    def __init__(self, alias: _Optional[str] = ..., collection: _Optional[str] = ...) -> None: ...
+
+class SwitchAliasRequest(_message.Message):
+    __slots__ = ("alias", "collection")
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    alias: str
+    collection: str
+    def __init__(self, alias: _Optional[str] = ..., collection: _Optional[str] = ...) -> None: ...
+
+class DeleteAliasRequest(_message.Message):
+    __slots__ = ("alias",)
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    alias: str
+    def __init__(self, alias: _Optional[str] = ...) -> None: ...
+
+class DeleteAliasResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAliasesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAliasesResponse(_message.Message):
+    __slots__ = ("aliases",)
+    ALIASES_FIELD_NUMBER: _ClassVar[int]
+    aliases: _containers.RepeatedCompositeFieldContainer[Alias]
+    def __init__(self, aliases: _Optional[_Iterable[_Union[Alias, _Mapping]]] = ...) -> None: ...
 
 class SectionBoundary(_message.Message):
     __slots__ = ("start", "end", "title")

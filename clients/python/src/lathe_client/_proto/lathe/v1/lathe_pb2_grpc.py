@@ -114,6 +114,26 @@ class LatheStub:
                 request_serializer=lathe_dot_v1_dot_lathe__pb2.RestoreSnapshotRequest.SerializeToString,
                 response_deserializer=lathe_dot_v1_dot_lathe__pb2.RestoreSnapshotResponse.FromString,
                 _registered_method=True)
+        self.CreateAlias = channel.unary_unary(
+                '/lathe.v1.Lathe/CreateAlias',
+                request_serializer=lathe_dot_v1_dot_lathe__pb2.CreateAliasRequest.SerializeToString,
+                response_deserializer=lathe_dot_v1_dot_lathe__pb2.Alias.FromString,
+                _registered_method=True)
+        self.SwitchAlias = channel.unary_unary(
+                '/lathe.v1.Lathe/SwitchAlias',
+                request_serializer=lathe_dot_v1_dot_lathe__pb2.SwitchAliasRequest.SerializeToString,
+                response_deserializer=lathe_dot_v1_dot_lathe__pb2.Alias.FromString,
+                _registered_method=True)
+        self.DeleteAlias = channel.unary_unary(
+                '/lathe.v1.Lathe/DeleteAlias',
+                request_serializer=lathe_dot_v1_dot_lathe__pb2.DeleteAliasRequest.SerializeToString,
+                response_deserializer=lathe_dot_v1_dot_lathe__pb2.DeleteAliasResponse.FromString,
+                _registered_method=True)
+        self.ListAliases = channel.unary_unary(
+                '/lathe.v1.Lathe/ListAliases',
+                request_serializer=lathe_dot_v1_dot_lathe__pb2.ListAliasesRequest.SerializeToString,
+                response_deserializer=lathe_dot_v1_dot_lathe__pb2.ListAliasesResponse.FromString,
+                _registered_method=True)
 
 
 class LatheServicer:
@@ -139,7 +159,9 @@ class LatheServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteCollection(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Refused (FAILED_PRECONDITION) while an alias names the collection: switch or delete the
+        alias first.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -236,6 +258,36 @@ class LatheServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAlias(self, request, context):
+        """Aliases: a second name for a collection. Every call that takes a collection name (Retrieve,
+        the writes, GetCollection, ListOperations) accepts an alias and acts on the collection it
+        names at that moment; a write queued through an alias stays with the collection the alias
+        named when it was acknowledged. Aliases and collections share one namespace. An alias is
+        switched at once: a Retrieve sees the old collection or the new one, never an error between.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SwitchAlias(self, request, context):
+        """Points an existing alias at another collection (NOT_FOUND when there is no such alias).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAlias(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAliases(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LatheServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -318,6 +370,26 @@ def add_LatheServicer_to_server(servicer, server):
                     servicer.RestoreSnapshot,
                     request_deserializer=lathe_dot_v1_dot_lathe__pb2.RestoreSnapshotRequest.FromString,
                     response_serializer=lathe_dot_v1_dot_lathe__pb2.RestoreSnapshotResponse.SerializeToString,
+            ),
+            'CreateAlias': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAlias,
+                    request_deserializer=lathe_dot_v1_dot_lathe__pb2.CreateAliasRequest.FromString,
+                    response_serializer=lathe_dot_v1_dot_lathe__pb2.Alias.SerializeToString,
+            ),
+            'SwitchAlias': grpc.unary_unary_rpc_method_handler(
+                    servicer.SwitchAlias,
+                    request_deserializer=lathe_dot_v1_dot_lathe__pb2.SwitchAliasRequest.FromString,
+                    response_serializer=lathe_dot_v1_dot_lathe__pb2.Alias.SerializeToString,
+            ),
+            'DeleteAlias': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAlias,
+                    request_deserializer=lathe_dot_v1_dot_lathe__pb2.DeleteAliasRequest.FromString,
+                    response_serializer=lathe_dot_v1_dot_lathe__pb2.DeleteAliasResponse.SerializeToString,
+            ),
+            'ListAliases': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAliases,
+                    request_deserializer=lathe_dot_v1_dot_lathe__pb2.ListAliasesRequest.FromString,
+                    response_serializer=lathe_dot_v1_dot_lathe__pb2.ListAliasesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -752,6 +824,114 @@ class Lathe:
             '/lathe.v1.Lathe/RestoreSnapshot',
             lathe_dot_v1_dot_lathe__pb2.RestoreSnapshotRequest.SerializeToString,
             lathe_dot_v1_dot_lathe__pb2.RestoreSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAlias(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lathe.v1.Lathe/CreateAlias',
+            lathe_dot_v1_dot_lathe__pb2.CreateAliasRequest.SerializeToString,
+            lathe_dot_v1_dot_lathe__pb2.Alias.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SwitchAlias(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lathe.v1.Lathe/SwitchAlias',
+            lathe_dot_v1_dot_lathe__pb2.SwitchAliasRequest.SerializeToString,
+            lathe_dot_v1_dot_lathe__pb2.Alias.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAlias(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lathe.v1.Lathe/DeleteAlias',
+            lathe_dot_v1_dot_lathe__pb2.DeleteAliasRequest.SerializeToString,
+            lathe_dot_v1_dot_lathe__pb2.DeleteAliasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAliases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lathe.v1.Lathe/ListAliases',
+            lathe_dot_v1_dot_lathe__pb2.ListAliasesRequest.SerializeToString,
+            lathe_dot_v1_dot_lathe__pb2.ListAliasesResponse.FromString,
             options,
             channel_credentials,
             insecure,
