@@ -957,3 +957,80 @@ async fn the_cli_names_a_refusal_by_its_grpc_code() {
         })
         .await;
 }
+
+/// `lathe query --json` prints the RetrieveResponse in the proto3 JSON mapping (as grpcurl and
+/// the Python client's `MessageToJson` write it), which reads back to the same chunks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_prints_the_response_as_proto3_json() {
+    let text = "Lathes turn wood. A spindle holds the work. Chisels cut it to shape.";
+    common::Fixture::lexical()
+        .collection("docs")
+        .documents(vec![common::document(
+            "a",
+            text,
+            proto::DocumentFormat::Plain,
+        )])
+        .run(|mut served| async move {
+            let address = served.address.to_string();
+            let output = tokio::task::spawn_blocking(move || {
+                std::process::Command::new(env!("CARGO_BIN_EXE_lathe"))
+                    .args([
+                        "query", "--addr", &address, "-c", "docs", "--json", "spindle",
+                    ])
+                    .output()
+            })
+            .await
+            .unwrap()
+            .expect("run lathe query");
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let printed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+            // The mapping's spelling: lowerCamelCase, 64-bit integers as strings.
+            let chunk = &printed["chunks"][0];
+            assert_eq!(chunk["docId"], "a");
+            assert!(chunk["bytes"]["end"].is_string(), "{chunk}");
+            assert!(printed["tokensUsed"].is_number(), "{printed}");
+            let parsed: proto::RetrieveResponse = serde_json::from_value(printed).unwrap();
+            let direct = common::retrieve(
+                &mut served.client,
+                common::retrieve_request("docs", "spindle", 512),
+            )
+            .await;
+            assert_eq!(parsed.chunks, direct.chunks);
+            assert_eq!(parsed.generation, direct.generation);
+        })
+        .await;
+}
+
+/// A streamed upload with `wait` answers the sections its writes made, as a unary upsert does
+/// (each message is queued without waiting; the count comes once all are applied).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_with_wait_counts_the_sections_it_wrote() {
+    common::Fixture::lexical()
+        .collection("docs")
+        .run(|mut served| async move {
+            let messages: Vec<proto::UpsertDocumentsRequest> = [0..3, 3..5]
+                .into_iter()
+                .map(|range| proto::UpsertDocumentsRequest {
+                    collection: "docs".into(),
+                    documents: range.map(common::sectioned_document).collect(),
+                    wait: true,
+                    write_id: String::new(),
+                })
+                .collect();
+            let written = served
+                .client
+                .upload_documents(tokio_stream::iter(messages))
+                .await
+                .expect("upload")
+                .into_inner();
+            let stats = common::collection_stats(&mut served.client, "docs").await;
+            assert_eq!(written.documents, 5);
+            assert!(written.sections >= 5, "{written:?}");
+            assert_eq!(u64::from(written.sections), stats.sections);
+        })
+        .await;
+}

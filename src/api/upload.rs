@@ -67,8 +67,13 @@ impl GrpcAdapter {
                     .service
                     .sync(&collection, total.consistency_token)
                     .await?;
-                if let Some(last) = total.operation_ids.last() {
-                    total.operation = Some(self.service.get_operation(*last).await?);
+                // Each message's write was queued without waiting, so its sections are known
+                // only now that all are applied.
+                total.sections = 0;
+                for id in &total.operation_ids {
+                    let operation = self.service.get_operation(*id).await?;
+                    total.sections += operation.sections;
+                    total.operation = Some(operation);
                 }
             }
             Ok(Response::new(total.into()))

@@ -444,7 +444,7 @@ mod tests {
     use super::fault::{MAX_CAUSE_CHARS, META_FILE};
     use super::*;
 
-    fn settings() -> StoredSettings {
+    pub(super) fn settings() -> StoredSettings {
         StoredSettings {
             budget_tokenizer: "minilm".into(),
             section_tokens: 1024,
@@ -455,7 +455,7 @@ mod tests {
         }
     }
 
-    fn open_catalog(data_dir: &Path) -> Catalog<()> {
+    pub(super) fn open_catalog(data_dir: &Path) -> Catalog<()> {
         open_with(data_dir, |_, _| Ok(()))
     }
 

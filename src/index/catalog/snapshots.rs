@@ -374,3 +374,90 @@ fn now_unix_nanos() -> u128 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_nanos())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{open_catalog, settings};
+    use super::*;
+    use crate::index::collection::{section_key, DocumentRecord, SectionRecord, WriteOp};
+
+    fn record(doc_id: &str, text: &str) -> DocumentRecord {
+        DocumentRecord {
+            doc_id: doc_id.to_string(),
+            title: doc_id.to_string(),
+            metadata: Default::default(),
+            text_bytes: text.len() as u64,
+            version: 1,
+            sections: vec![SectionRecord {
+                ordinal: 0,
+                heading_path: Vec::new(),
+                text: text.to_string(),
+                gap_after: String::new(),
+                byte_start: 0,
+                char_start: 0,
+                section_key: section_key(doc_id, 0, 1),
+                sentences: std::iter::once(0..text.len() as u32).collect(),
+                sentence_vectors: Vec::new(),
+                section_vector: Vec::new(),
+            }],
+        }
+    }
+
+    fn written(catalog: &Catalog<()>, name: &str, texts: &[&str]) {
+        catalog.create(name, settings(), ()).unwrap();
+        let index = &catalog.get(name).unwrap().index;
+        let ops = texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| WriteOp::Upsert(record(&format!("d{i}"), text)))
+            .collect();
+        let done = index.write(ops, true).unwrap().unwrap();
+        done.blocking_recv().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_restore_gives_the_commit_and_a_crash_leaves_nothing_listed_or_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = open_catalog(dir.path());
+        written(&catalog, "docs", &["lathes turn wood", "mills cut metal"]);
+        let taken = catalog.create_snapshot("docs").unwrap();
+        let path = catalog.snapshot_path("docs", &taken.info.name).unwrap();
+        let (restored, manifest) = catalog
+            .restore("copy", std::fs::File::open(&path).unwrap(), "test", |_| {
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(manifest.generation, taken.info.generation);
+        assert_eq!(restored.index.snapshot().generation, taken.info.generation);
+        assert_eq!(restored.index.stats().unwrap().documents, 2);
+        // A name taken (by a collection) refuses the restore before reading it.
+        let refused = catalog.restore("docs", std::fs::File::open(&path).unwrap(), "test", |_| {
+            Ok(())
+        });
+        assert!(matches!(refused, Err(LatheError::CollectionExists { .. })));
+        catalog.shutdown();
+        drop((catalog, restored));
+
+        // What a kill -9 leaves: a snapshot half written, a restore half extracted.
+        let root = dir.path().join(SNAPSHOTS_DIR);
+        let partial = root
+            .join("docs")
+            .join(format!("{PARTIAL_PREFIX}docs-g9-1{EXTENSION}"));
+        std::fs::write(&partial, b"half").unwrap();
+        let restoring = root.join(format!("{RESTORING_PREFIX}other-1"));
+        std::fs::create_dir_all(restoring.join(INDEX_DIR)).unwrap();
+        let kept = root.join("docs").join("notes.txt");
+        std::fs::write(&kept, b"an operator's").unwrap();
+        let catalog = open_catalog(dir.path());
+        assert!(!partial.exists() && !restoring.exists() && kept.exists());
+        let listed = catalog.list_snapshots(None).unwrap();
+        assert_eq!(listed, [taken.info]);
+        let names: Vec<String> = catalog
+            .entries()
+            .iter()
+            .map(|e| e.name().to_string())
+            .collect();
+        assert_eq!(names, ["copy", "docs"]);
+        catalog.shutdown();
+    }
+}

@@ -1,4 +1,4 @@
-//! `lathe query`: one retrieve request, printed with scores and offsets.
+//! `lathe query`: one retrieve request, printed with scores and offsets, or as proto3 JSON.
 
 use anyhow::Context;
 
@@ -47,7 +47,8 @@ pub struct QueryArgs {
     /// write's consistency token).
     #[arg(long, default_value_t = 0)]
     pub consistency_token: u64,
-    /// Print the response as JSON.
+    /// Print the RetrieveResponse in the proto3 JSON mapping, as the HTTP/JSON API and grpcurl
+    /// write it (lowerCamelCase names, 64-bit integers as strings, defaults left out).
     #[arg(long)]
     pub json: bool,
 }
@@ -123,22 +124,8 @@ fn print_response(
     json: bool,
 ) -> std::io::Result<()> {
     if json {
-        let chunks: Vec<serde_json::Value> = response
-            .chunks
-            .iter()
-            .map(|c| {
-                serde_json::json!({
-                    "doc_id": c.doc_id, "section_id": c.section_id, "section_title": c.section_title,
-                    "context": c.context, "text": c.text, "bytes": c.bytes.map(|s| [s.start, s.end]),
-                    "chars": c.chars.map(|s| [s.start, s.end]), "tokens": c.token_count, "score": c.score,
-                })
-            })
-            .collect();
-        return writeln!(
-            out,
-            "{}",
-            serde_json::json!({"chunks": chunks, "tokens_used": response.tokens_used, "cache_hit": response.cache_hit})
-        );
+        let text = serde_json::to_string(response).map_err(std::io::Error::other)?;
+        return writeln!(out, "{text}");
     }
     for (rank, chunk) in response.chunks.iter().enumerate() {
         let bytes = chunk.bytes.unwrap_or_default();
