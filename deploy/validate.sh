@@ -21,6 +21,11 @@
 #      nats_conf.py); test_check_manifests.py shows that those checks catch what they claim to.
 #   6. NATS: when nats-server is installed (CI installs Debian's), each rendered nats.conf passes
 #      `nats-server -t`, and nats_cluster_smoke.py runs one as a cluster on loopback.
+#   7. backup: backup_recipe_smoke.py runs the rendered backup CronJob's and restore Job's shell
+#      scripts (helm-all-features.yaml) against real `lathe serve` processes on loopback, without
+#      TLS: snapshots kept and copies pruned as rendered, a copy restored on a second server and
+#      queried. Needs a built lathe ($LATHE_BIN, else debug/ or release/ of $CARGO_TARGET_DIR or
+#      target/) and models/; skipped with a NOTICE without them.
 # Exits non-zero on any failure. Needs python3 (with venv) and npm, both on the project's machines.
 set -euo pipefail
 
@@ -114,4 +119,7 @@ if command -v nats-server >/dev/null; then
 else
   echo "NOTICE: nats-server not installed (apt-get install nats-server): rendered nats.conf files not run"
 fi
+
+step "backup"
+"$venv/bin/python" "$deploy/backup_recipe_smoke.py" "$rendered"/*.yaml
 echo "deploy: all manifests valid"

@@ -1,5 +1,5 @@
-//! The `lathe` binary: `serve` (this crate), and the client subcommands `ingest`, `query` and
-//! `eval` (the tools crate, over gRPC).
+//! The `lathe` binary: `serve` (this crate), and the client subcommands `ingest`, `query`, `ops`,
+//! `snapshot`, `restore`, `collections`, `alias` and `eval` (the tools crate, over gRPC).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,6 +68,11 @@ enum Command {
     Snapshot(cli::SnapshotArgs),
     /// Create a collection from a snapshot file (uploaded) or one the server keeps (--snapshot).
     Restore(cli::RestoreArgs),
+    /// A server's collections: list, get, create, delete.
+    Collections(cli::CollectionsArgs),
+    /// Aliases, second names for collections: list, create, switch (at once for every reader),
+    /// delete.
+    Alias(cli::AliasArgs),
     /// Evaluate retrieval quality and latency on a dataset (docs.jsonl, queries.jsonl) over gRPC.
     Eval(cli::EvalArgs),
     /// Recall@10 of a stopped server's dense index against exact search (run by lathe-bench).
@@ -122,6 +127,8 @@ fn main() -> ExitCode {
             Command::Ops(args) => cli::ops(args).await,
             Command::Snapshot(args) => cli::snapshot(args).await,
             Command::Restore(args) => cli::restore(args).await,
+            Command::Collections(args) => cli::collections(args).await,
+            Command::Alias(args) => cli::alias(args).await,
             Command::Eval(args) => cli::eval(args).await,
             Command::DenseRecall(args) => lathe::dense_recall::run(args),
         }
