@@ -89,7 +89,7 @@ import json, sys
 answer = json.load(open(sys.argv[1]))
 chunks = answer.get("chunks", [])
 text = sum(len(c.get("text", "").encode()) + len(c.get("context", "").encode()) for c in chunks)
-used = answer.get("tokens_used", 0)
+used = answer.get("tokensUsed", 0)
 print(f"{text} bytes in {len(chunks)} chunks, {used} tokens used")
 ' "$work/answer.json")"
   echo "query $query: server cpu median $(median "${cpus[@]}") s (${cpus[*]}), peak rss median $(median "${rss[@]}") MiB (${rss[*]}), wall median $(median "${walls[@]}") s (${walls[*]}); $returned"
