@@ -45,7 +45,11 @@ fn variables() -> Vec<(&'static str, String)> {
 }
 
 async fn start(data_dir: &Path) -> (Server, Client) {
-    let server = binary::start(data_dir, &variables());
+    start_with(data_dir, variables()).await
+}
+
+async fn start_with(data_dir: &Path, variables: Vec<(&'static str, String)>) -> (Server, Client) {
+    let server = binary::start(data_dir, &variables);
     let client = binary::connect(&server.address).await;
     (server, client)
 }
@@ -118,18 +122,16 @@ async fn collection_names(client: &mut Client) -> Vec<String> {
     listed.collections.into_iter().map(|c| c.name).collect()
 }
 
-/// Answers seen per (generation, query), the first of each.
-type Seen = Arc<Mutex<HashMap<(u64, usize), Answer>>>;
+/// Every distinct answer seen per (generation, query). One generation may answer in two ways:
+/// a merge that purges deleted sections commits no new generation (tantivy keeps the opstamp), yet
+/// changes BM25's corpus statistics, so scores move in their last digits.
+type Seen = Arc<Mutex<HashMap<(u64, usize), Vec<Answer>>>>;
 
 fn record(seen: &Seen, query: usize, answer: Answer) {
     let mut seen = seen.lock().unwrap();
-    let key = (answer.generation, query);
-    match seen.get(&key) {
-        // Two answers at one generation must agree, or "as the source did" means nothing.
-        Some(earlier) => assert_eq!(earlier, &answer, "query {query} at {}", key.0),
-        None => {
-            seen.insert(key, answer);
-        }
+    let answers = seen.entry((answer.generation, query)).or_default();
+    if !answers.contains(&answer) {
+        answers.push(answer);
     }
 }
 
@@ -137,7 +139,11 @@ fn record(seen: &Seen, query: usize, answer: Answer) {
 async fn a_snapshot_taken_under_writes_and_reads_restores_elsewhere_answering_as_the_source_did() {
     let dir = tempfile::tempdir().unwrap();
     tokio::time::timeout(TEST_LIMIT, async {
-        let (source, mut client) = start(&dir.path().join("a")).await;
+        // No result cache at the source: every answer recorded is the live index's at its
+        // generation, including after a merge that changes the scores but not the generation.
+        let mut uncached = variables();
+        uncached.push(("LATHE_CACHE__RESULT_BYTES", "0".to_string()));
+        let (source, mut client) = start_with(&dir.path().join("a"), uncached).await;
         create_collection(&mut client, "docs").await;
         let first: Vec<_> = (0..60).map(sectioned_document).collect();
         upsert(&mut client, "docs", first).await;
@@ -253,7 +259,11 @@ async fn a_snapshot_taken_under_writes_and_reads_restores_elsewhere_answering_as
             });
             let answer = ask(&mut client, "restored", text).await;
             assert!(!answer.chunks.is_empty(), "query {query} found nothing");
-            assert_eq!(&answer, expected, "query {query}: `{text}`");
+            assert!(
+                expected.contains(&answer),
+                "query {query} (`{text}`): the restored collection answered\n{answer:?}\n\
+                 the source answered at that generation\n{expected:?}"
+            );
         }
         binary::stop(target);
     })
