@@ -1,7 +1,8 @@
-//! The HTTP/JSON API (`server.http_listen`) through real HTTP/1.1 requests: every RPC at its
-//! route in the proto3 JSON mapping, the OpenAPI document, the answer of `lathe query --json`,
-//! the bad-input table's rows (docs/bad-input.md) as HTTP codes with bodies naming the field, API
-//! keys, a client's deadline, and TLS from the gRPC port's certificate.
+//! The HTTP/JSON API (`server.http_listen`) through real HTTP/1.1 requests: every routed RPC in
+//! the proto3 JSON mapping, retrieve equal to gRPC's and to `lathe query --json`, the bad-input
+//! table's rows (docs/bad-input.md) as HTTP codes with gRPC's messages naming the field, API keys,
+//! health, the OpenAPI document, the README's curl lines, TLS from the gRPC port's certificate,
+//! and the port off by default.
 
 mod common;
 
@@ -109,7 +110,7 @@ fn http_config(config: &mut lathe::config::Config) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_rpc_answers_over_http_and_retrieve_matches_lathe_query_json() {
+async fn every_routed_rpc_answers_over_http_and_retrieve_matches_lathe_query_json() {
     Fixture::lexical()
         .config(http_config)
         .run(|served| async move {

@@ -1,5 +1,6 @@
-//! The HTTP/JSON API (`server.http_listen`): every RPC of `lathe.v1.Lathe` at a route under
-//! `/v1/` (`routes`), its messages in the proto3 JSON mapping (serde generated from the proto by
+//! The HTTP/JSON API (`server.http_listen`): the collection, document, operation and retrieve
+//! RPCs of `lathe.v1.Lathe` at routes under `/v1/` (`routes`; aliases and snapshots are
+//! gRPC-only), `/v1/health`, its messages in the proto3 JSON mapping (serde generated from the proto by
 //! `pbjson`, in `lathe-proto`), and the OpenAPI document derived from the proto at
 //! `/v1/openapi.json` (`openapi`).
 //!

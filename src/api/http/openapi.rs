@@ -86,7 +86,8 @@ fn build(file: &FileDescriptorProto) -> Result<Value> {
         "info": {
             "title": "Lathe HTTP/JSON API",
             "version": "v1",
-            "description": "Every RPC of lathe.v1.Lathe in the proto3 JSON mapping, derived from \
+            "description": "The collection, document, operation and retrieve RPCs of lathe.v1.Lathe \
+                in the proto3 JSON mapping, derived from \
                 proto/lathe/v1/lathe.proto. Errors are google.rpc.Status in JSON with the HTTP \
                 code of their gRPC code. A client's deadline: `grpc-timeout` or \
                 `x-lathe-timeout-ms`.",

@@ -1,10 +1,11 @@
-//! The HTTP/JSON routes: one per RPC of `lathe.v1.Lathe`, in the style of `google.api.http`
+//! The HTTP/JSON routes: one per served RPC of `lathe.v1.Lathe` (collections, documents,
+//! operations, retrieve; not aliases or snapshots), in the style of `google.api.http`
 //! (resource paths, custom methods after a colon), matched here rather than by a router so that
 //! `{collection}:retrieve` and the OpenAPI document come from this one table.
 
 use http::Method;
 
-/// The RPCs of `lathe.v1.Lathe`, each served at one route.
+/// The RPCs of `lathe.v1.Lathe` served over HTTP, each at one route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rpc {
     CreateCollection,
@@ -225,7 +226,7 @@ mod tests {
     }
 
     #[test]
-    fn every_rpc_has_one_route_and_paths_match_with_their_parameters() {
+    fn every_served_rpc_has_one_route_and_paths_match_with_their_parameters() {
         assert_eq!(ROUTES.len(), 11);
         assert_eq!(
             matched(Method::POST, "/v1/collections/docs:retrieve"),
