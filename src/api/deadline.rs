@@ -37,7 +37,7 @@ pub(super) fn deadline(metadata: &MetadataMap, server_timeout: Duration) -> Dura
 }
 
 /// `grpc-timeout` is an integer of at most 8 digits and a unit: H, M, S, m, u or n.
-fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+pub(super) fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     if value.len() < 2 || value.len() > 9 {
         return None;
     }

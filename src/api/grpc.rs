@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
@@ -14,6 +15,7 @@ use super::convert;
 use super::deadline::deadline;
 use super::proto;
 use super::proto::lathe_server::Lathe;
+use super::status::oversized_to_resource_exhausted;
 
 use crate::error::LatheError;
 use crate::service::Engine;
@@ -277,7 +279,9 @@ impl Lathe for GrpcAdapter {
         &self,
         request: Request<Streaming<proto::UpsertDocumentsRequest>>,
     ) -> Result<Response<proto::WriteResponse>, Status> {
-        self.upload(request).await
+        let (metadata, _, messages) = request.into_parts();
+        let messages = messages.map(|message| message.map_err(oversized_to_resource_exhausted));
+        self.upload(&metadata, messages).await
     }
 
     async fn get_operation(

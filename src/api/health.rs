@@ -35,6 +35,15 @@ pub(super) fn health() -> (
     (reporter, HealthServer::new(service), replica)
 }
 
+/// Another Check answerer over the same reporter and replica readiness: the HTTP port's
+/// `/v1/health` asks it as a probe asks the health service.
+pub(super) fn checker(reporter: &HealthReporter, replica: &ReplicaReadiness) -> ReadinessHealth {
+    ReadinessHealth {
+        inner: HealthService::from_health_reporter(reporter.clone()),
+        replica: Arc::clone(replica),
+    }
+}
+
 pub(super) struct ReadinessHealth {
     inner: HealthService,
     replica: ReplicaReadiness,

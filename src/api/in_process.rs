@@ -20,13 +20,15 @@ const SERVER_START_LIMIT: Duration = Duration::from_secs(60);
 /// A real Lathe server running in this process on a port-0 loopback listener.
 pub struct InProcessServer {
     address: SocketAddr,
+    http_address: Option<SocketAddr>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<crate::error::Result<()>>>,
 }
 
 impl InProcessServer {
-    /// Starts a server with `config` (its listen address is ignored: the server binds a loopback
-    /// port) without waiting for it to serve: for servers a plaintext, key-less call cannot reach
+    /// Starts a server with `config` (its listen addresses are ignored: the server binds a
+    /// loopback port, and another for the HTTP/JSON API when `server.http_listen` is set) without
+    /// waiting for it to serve: for servers a plaintext, key-less call cannot reach
     /// (TLS, API keys).
     pub async fn spawn(config: Config) -> anyhow::Result<Self> {
         Self::spawn_in(config).await
@@ -44,12 +46,31 @@ impl InProcessServer {
             .await
             .context("binding a loopback port")?;
         let address = listener.local_addr().context("reading the bound address")?;
+        let http_listener = match config.server.http_listen.as_str() {
+            "" => None,
+            _ => Some(
+                tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .context("binding a loopback port for HTTP")?,
+            ),
+        };
+        let http_address = match &http_listener {
+            None => None,
+            Some(listener) => Some(listener.local_addr().context("reading the HTTP address")?),
+        };
         let (shutdown, shutdown_received) = oneshot::channel::<()>();
-        let task = tokio::spawn(super::serve(config, listener, async move {
+        let shutdown_signal = async move {
             let _ = shutdown_received.await;
-        }));
+        };
+        let task = tokio::spawn(super::serve_with_http(
+            config,
+            listener,
+            http_listener,
+            shutdown_signal,
+        ));
         Ok(Self {
             address,
+            http_address,
             shutdown: Some(shutdown),
             task: Some(task),
         })
@@ -57,6 +78,11 @@ impl InProcessServer {
 
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// The HTTP/JSON API's address, when `server.http_listen` was set.
+    pub fn http_address(&self) -> Option<SocketAddr> {
+        self.http_address
     }
 
     /// `host:port`, as `connect` takes it.

@@ -1,5 +1,6 @@
-//! The gRPC edge: generated proto types, conversions, the status mapping, thin handlers, and the
-//! server with health and reflection. Proto types and tonic stay in this module.
+//! The gRPC edge: generated proto types, conversions, the status mapping, thin handlers, the
+//! server with health and reflection, and the HTTP/JSON API through the same handlers (`http`).
+//! Proto types and tonic stay in this module.
 
 mod auth;
 mod call;
@@ -7,6 +8,7 @@ pub mod convert;
 mod deadline;
 mod grpc;
 mod health;
+mod http;
 mod in_process;
 pub(crate) mod incoming;
 mod snapshots;
@@ -42,6 +44,25 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    let http_listener = match config.server.http_listen.as_str() {
+        "" => None,
+        address => Some(
+            TcpListener::bind(address)
+                .await
+                .map_err(|e| LatheError::io(format!("binding server.http_listen {address}"), e))?,
+        ),
+    };
+    serve_with_http(config, listener, http_listener, shutdown).await
+}
+
+/// [`serve`], with the HTTP/JSON API on `http_listener` when given (already bound, as the
+/// in-process server binds a port-0 one).
+pub(crate) async fn serve_with_http(
+    config: Config,
+    listener: TcpListener,
+    http_listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     // The health service is up before the engine: "" (the process) answers SERVING at once, and
     // lathe.v1.Lathe NOT_SERVING until indexes and models are loaded.
     let (health_reporter, health_service, replica_readiness) = health::health();
@@ -61,7 +82,10 @@ pub async fn serve(
     let engine = open_engine(&config, &metrics).await?;
     engine.start_writes();
     engine.start_replication().await?;
-    let lathe = lathe_service(&config, &engine, &metrics)?;
+    let adapter = Arc::new(grpc_adapter(&config, &engine, &metrics)?);
+    let lathe = LatheServer::from_arc(Arc::clone(&adapter))
+        .max_decoding_message_size(config.limits.max_message_bytes)
+        .max_encoding_message_size(config.limits.max_message_bytes);
     // Reflection v1, and v1alpha for the clients that only speak it (Python's grpcio-reflection,
     // grpcurl before 1.8.8, several GUIs): the same descriptors behind both.
     let reflection_error = |e| LatheError::internal(format!("building reflection: {e}"));
@@ -91,6 +115,25 @@ pub async fn serve(
     let drain = Duration::from_millis(config.server.drain_timeout_ms);
     let (signal, drain_deadline) =
         drain_signals(shutdown, health_reporter.clone(), draining, drain);
+    // The HTTP port drains with the gRPC port: it stops accepting when the drain starts, and its
+    // requests in flight are waited for with the gRPC ones.
+    let (http_stop_tx, http_stop_rx) = tokio::sync::watch::channel(false);
+    let signal = async move {
+        signal.await;
+        let _ = http_stop_tx.send(true);
+    };
+    let http_server = match http_listener {
+        None => None,
+        Some(http_listener) => {
+            let health = health::checker(&health_reporter, &replica_readiness);
+            let api = http::HttpApi {
+                adapter,
+                health,
+                max_message_bytes: config.limits.max_message_bytes,
+            };
+            Some(spawn_http(&config, http_listener, api, http_stop_rx)?)
+        }
+    };
     let server = builder
         .layer(tower::util::MapResponseLayer::new(
             status::rewrite_oversized_response,
@@ -104,8 +147,15 @@ pub async fn serve(
         // `Server::tcp_nodelay`), and a pause instead of a busy loop when the process is out of
         // file descriptors (see `incoming`).
         .serve_with_incoming_shutdown(incoming::BackoffIncoming::new(listener, "main"), signal);
+    let served = async move {
+        let result = server.await;
+        if let Some(http_server) = http_server {
+            let _ = http_server.await;
+        }
+        result
+    };
     tokio::select! {
-        result = server => result.map_err(|e| LatheError::internal(format!("server error: {e}")))?,
+        result = served => result.map_err(|e| LatheError::internal(format!("server error: {e}")))?,
         () = drain_deadline => tracing::warn!(drain_ms = drain.as_millis() as u64, "drain time over, closing with requests in flight"),
     }
     health_reporter.set_not_serving::<LatheService>().await;
@@ -144,28 +194,36 @@ async fn open_engine(config: &Config, metrics: &Arc<Metrics>) -> Result<Arc<Engi
     Ok(Arc::new(engine))
 }
 
-/// The Lathe service over `engine`: API keys, the concurrency limit, deadlines and the message
-/// limits of `config`.
-fn lathe_service(
+/// The HTTP/JSON API `api` on `listener`, with the gRPC port's TLS; it stops accepting when
+/// `stop` turns true.
+fn spawn_http(
+    config: &Config,
+    listener: TcpListener,
+    api: http::HttpApi,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let tls = config.tls.enabled().then_some(&config.tls);
+    http::spawn(listener, api, tls, stop)
+}
+
+/// The handlers over `engine`, shared by the gRPC and HTTP ports: API keys, the concurrency
+/// limit and deadlines of `config`.
+fn grpc_adapter(
     config: &Config,
     engine: &Arc<Engine>,
     metrics: &Arc<Metrics>,
-) -> Result<LatheService> {
+) -> Result<GrpcAdapter> {
     let keys = match config.auth.api_keys_file.as_str() {
         "" => None,
         path => Some(Arc::new(auth::ApiKeys::load(std::path::Path::new(path))?)),
     };
-    let adapter = GrpcAdapter::new(
+    Ok(GrpcAdapter::new(
         Arc::clone(engine),
         config.server.max_concurrent_requests,
         keys,
         Arc::clone(metrics),
         Duration::from_millis(config.server.request_timeout_ms),
-    );
-    let limits = &config.limits;
-    Ok(LatheServer::new(adapter)
-        .max_decoding_message_size(limits.max_message_bytes)
-        .max_encoding_message_size(limits.max_message_bytes))
+    ))
 }
 
 /// The signal the server drains on (`shutdown`, after which health says NOT_SERVING, so probes

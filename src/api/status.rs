@@ -152,9 +152,46 @@ pub fn rewrite_oversized_response<B>(mut response: http::Response<B>) -> http::R
     response
 }
 
+/// The HTTP status of a gRPC code on the HTTP/JSON port: the mapping of `google.rpc.Code`'s
+/// documentation (and grpc-gateway's), CANCELLED as nginx's 499 "client closed request".
+pub fn http_code(code: Code) -> http::StatusCode {
+    use http::StatusCode as Http;
+    match code {
+        Code::Ok => Http::OK,
+        Code::Cancelled => Http::from_u16(499).unwrap_or(Http::BAD_REQUEST),
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => Http::BAD_REQUEST,
+        Code::DeadlineExceeded => Http::GATEWAY_TIMEOUT,
+        Code::NotFound => Http::NOT_FOUND,
+        Code::AlreadyExists | Code::Aborted => Http::CONFLICT,
+        Code::PermissionDenied => Http::FORBIDDEN,
+        Code::Unauthenticated => Http::UNAUTHORIZED,
+        Code::ResourceExhausted => Http::TOO_MANY_REQUESTS,
+        Code::Unimplemented => Http::NOT_IMPLEMENTED,
+        Code::Unavailable => Http::SERVICE_UNAVAILABLE,
+        Code::Unknown | Code::Internal | Code::DataLoss => Http::INTERNAL_SERVER_ERROR,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grpc_codes_become_their_documented_http_codes() {
+        let http = |code| http_code(code).as_u16();
+        assert_eq!(http(Code::InvalidArgument), 400);
+        assert_eq!(http(Code::FailedPrecondition), 400);
+        assert_eq!(http(Code::Unauthenticated), 401);
+        assert_eq!(http(Code::PermissionDenied), 403);
+        assert_eq!(http(Code::NotFound), 404);
+        assert_eq!(http(Code::AlreadyExists), 409);
+        assert_eq!(http(Code::ResourceExhausted), 429);
+        assert_eq!(http(Code::Cancelled), 499);
+        assert_eq!(http(Code::DataLoss), 500);
+        assert_eq!(http(Code::Unimplemented), 501);
+        assert_eq!(http(Code::Unavailable), 503);
+        assert_eq!(http(Code::DeadlineExceeded), 504);
+    }
 
     #[test]
     fn invalid_argument_names_the_field_and_range() {

@@ -2,32 +2,32 @@
 //! and its own `write_id`); with `wait` on any message, the answer waits until all of them are
 //! visible.
 
-use tonic::{Request, Response, Status, Streaming};
+use futures::{Stream, StreamExt};
+use tonic::metadata::MetadataMap;
+use tonic::{Response, Status};
 
 use super::auth::Access;
 use super::convert;
 use super::grpc::GrpcAdapter;
 use super::proto;
-use super::status::oversized_to_resource_exhausted;
 use crate::error::LatheError;
 use crate::types::{WriteOptions, WriteOutcome};
 
 impl GrpcAdapter {
+    /// The upload of `messages`, as gRPC's stream or the HTTP port's lines bring them (an error
+    /// among them ends the upload with it), admitted with `metadata`.
     pub(super) async fn upload(
         &self,
-        request: Request<Streaming<proto::UpsertDocumentsRequest>>,
+        metadata: &MetadataMap,
+        messages: impl Stream<Item = Result<proto::UpsertDocumentsRequest, Status>>,
     ) -> Result<Response<proto::WriteResponse>, Status> {
-        let call = self.admit("UploadDocuments", Access::Write, request.metadata())?;
+        let call = self.admit("UploadDocuments", Access::Write, metadata)?;
         let result = async move {
-            let mut stream = request.into_inner();
+            let mut stream = std::pin::pin!(messages);
             let mut collection_name: Option<String> = None;
             let mut wait = false;
             let mut total = WriteOutcome::default();
-            while let Some(message) = stream
-                .message()
-                .await
-                .map_err(oversized_to_resource_exhausted)?
-            {
+            while let Some(message) = stream.next().await.transpose()? {
                 let proto::UpsertDocumentsRequest {
                     collection,
                     documents,

@@ -15,6 +15,9 @@ pub struct ServerConfig {
     /// Plaintext address serving only `grpc.health.v1.Health` (for probes that cannot speak
     /// TLS, like the kubelet's); empty = off.
     pub health_listen: String,
+    /// Address of the HTTP/JSON API (the RPCs under `/v1/`, proto3 JSON, OpenAPI at
+    /// `/v1/openapi.json`), with the same keys, limits and TLS as the gRPC port; empty = off.
+    pub http_listen: String,
     /// Threads of the bounded CPU pool for search, chunking and inference (0 = one per core).
     pub cpu_threads: usize,
     /// Requests served at once; more are shed with RESOURCE_EXHAUSTED.
@@ -31,6 +34,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
             metrics_listen: String::new(),
             health_listen: String::new(),
+            http_listen: String::new(),
             cpu_threads: 0,
             max_concurrent_requests: 256,
             request_timeout_ms: 30_000,

@@ -278,6 +278,12 @@ impl Config {
                 "server.health_listen must be an address like 0.0.0.0:50052, or empty",
             )?;
         }
+        if !self.server.http_listen.is_empty() {
+            check(
+                self.server.http_listen.parse::<SocketAddr>().is_ok(),
+                "server.http_listen must be an address like 0.0.0.0:8080, or empty",
+            )?;
+        }
         Ok(())
     }
 }

@@ -20,6 +20,9 @@ use tonic::Code;
 /// to 256 MiB (tests probe the server's own limits, not the client's).
 pub struct TestServer {
     pub address: std::net::SocketAddr,
+    /// The HTTP/JSON API's address, when `server.http_listen` is set (any non-empty value: the
+    /// in-process server binds a loopback port of its own).
+    pub http_address: Option<std::net::SocketAddr>,
     pub client: LatheClient<Channel>,
     server: InProcessServer,
 }
@@ -60,6 +63,7 @@ impl TestServer {
             .max_encoding_message_size(256 << 20);
         Self {
             address: server.address(),
+            http_address: server.http_address(),
             client,
             server,
         }
@@ -100,6 +104,8 @@ pub struct Served {
     /// A client connected to the server.
     pub client: LatheClient<Channel>,
     pub address: std::net::SocketAddr,
+    /// The HTTP/JSON API's address, when the configuration sets `server.http_listen`.
+    pub http_address: Option<std::net::SocketAddr>,
     /// The temporary directory, free for the test's own files; the data dir is inside it.
     pub dir: PathBuf,
     pub data_dir: PathBuf,
@@ -198,6 +204,7 @@ impl Fixture {
             body(Served {
                 client,
                 address: server.address,
+                http_address: server.http_address,
                 dir: dir.path().to_path_buf(),
                 data_dir,
                 written,
