@@ -201,7 +201,7 @@ def check_restore(binary: Path, script: str, env: dict[str, str], copy: Path) ->
     print(run(["/bin/sh", "-ec", local], env, "restore script").strip())
     answer = run([str(binary), "query", "--collection", collection, "--addr", env["LATHE_ADDR"], "--json",
                   "how do I descale a kettle and who trims the lighthouse lamp wick"], env, "lathe query")
-    found = {Path(chunk["doc_id"]).name for chunk in json.loads(answer)["chunks"]}
+    found = {Path(chunk["docId"]).name for chunk in json.loads(answer)["chunks"]}
     if found != set(DOCUMENTS):
         raise Failure(f"lathe query on the restored `{collection}` found {sorted(found)}, want {sorted(DOCUMENTS)}")
     return collection

@@ -124,7 +124,7 @@ async fn every_routed_rpc_answers_over_http_and_retrieve_matches_lathe_query_jso
                 .map(|operation| operation["operationId"].as_str().unwrap())
                 .collect();
             operations.sort_unstable();
-            assert_eq!(operations.len(), 12, "{operations:?}");
+            assert_eq!(operations.len(), 19, "{operations:?}");
 
             let created = ok(post(http, "/v1/collections", json!({"name": "docs"})).await);
             assert_eq!(created["name"], "docs");
@@ -184,6 +184,25 @@ async fn every_routed_rpc_answers_over_http_and_retrieve_matches_lathe_query_jso
 
             let deleted = ok(post(http, "/v1/collections/docs/documents:delete", json!({"ids": ["kiln"], "wait": true})).await);
             assert_eq!(deleted["documents"], 1);
+
+            // Aliases and snapshots.
+            ok(post(http, "/v1/collections", json!({"name": "docs-v2"})).await);
+            let alias = ok(post(http, "/v1/aliases", json!({"alias": "live", "collection": "docs"})).await);
+            assert_eq!(alias, json!({"alias": "live", "collection": "docs"}));
+            let through = ok(post(http, "/v1/collections/live:retrieve", json!({"query": "lathe chisel", "tokenBudget": 512})).await);
+            assert_eq!(through["chunks"][0]["docId"], "lathe");
+            ok(post(http, "/v1/aliases/live:switch", json!({"collection": "docs-v2"})).await);
+            assert_eq!(ok(get(http, "/v1/aliases").await)["aliases"][0]["collection"], "docs-v2");
+            ok(send(http, "DELETE", "/v1/aliases/live", &[], Bytes::new()).await);
+            assert_eq!(ok(get(http, "/v1/aliases").await), json!({}));
+            let snapshot = ok(post(http, "/v1/collections/docs/snapshots", json!({})).await);
+            assert_eq!(snapshot["collection"], "docs");
+            let name = snapshot["name"].as_str().unwrap().to_string();
+            let listed = ok(get(http, "/v1/snapshots?collection=docs").await);
+            assert_eq!(listed["snapshots"][0]["name"], name.as_str());
+            ok(send(http, "DELETE", &format!("/v1/collections/docs/snapshots/{name}"), &[], Bytes::new()).await);
+            refused(&send(http, "DELETE", &format!("/v1/collections/docs/snapshots/{name}"), &[], Bytes::new()).await, 404, 5, &[&name]);
+
             ok(send(http, "DELETE", "/v1/collections/docs", &[], Bytes::new()).await);
             refused(&get(http, "/v1/collections/docs").await, 404, 5, &["docs"]);
             refused(&get(http, "/v1/nothing").await, 404, 5, &["/v1/openapi.json"]);

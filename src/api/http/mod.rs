@@ -1,6 +1,6 @@
-//! The HTTP/JSON API (`server.http_listen`): the collection, document, operation and retrieve
-//! RPCs of `lathe.v1.Lathe` at routes under `/v1/` (`routes`; aliases and snapshots are
-//! gRPC-only), `/v1/health`, its messages in the proto3 JSON mapping (serde generated from the proto by
+//! The HTTP/JSON API (`server.http_listen`): every unary RPC of `lathe.v1.Lathe` and the
+//! document upload at routes under `/v1/` (`routes`; a snapshot file's download and upload, byte
+//! streams, stay gRPC's), `/v1/health`, its messages in the proto3 JSON mapping (serde generated from the proto by
 //! `pbjson`, in `lathe-proto`), and the OpenAPI document derived from the proto at
 //! `/v1/openapi.json` (`openapi`).
 //!
@@ -240,6 +240,13 @@ async fn dispatch(
         Rpc::ListOperations => call.run(|r| adapter.list_operations(r)).await,
         Rpc::WaitOperation => call.run(|r| adapter.wait_operation(r)).await,
         Rpc::Retrieve => call.run(|r| adapter.retrieve(r)).await,
+        Rpc::CreateAlias => call.run(|r| adapter.create_alias(r)).await,
+        Rpc::SwitchAlias => call.run(|r| adapter.switch_alias(r)).await,
+        Rpc::DeleteAlias => call.run(|r| adapter.delete_alias(r)).await,
+        Rpc::ListAliases => call.run(|r| adapter.list_aliases(r)).await,
+        Rpc::CreateSnapshot => call.run(|r| adapter.create_snapshot(r)).await,
+        Rpc::ListSnapshots => call.run(|r| adapter.list_snapshots(r)).await,
+        Rpc::DeleteSnapshot => call.run(|r| adapter.delete_snapshot(r)).await,
         Rpc::UploadDocuments => Err(LatheError::internal("the upload route reads lines").into()),
     }
 }

@@ -1,5 +1,5 @@
-//! The HTTP/JSON routes: one per served RPC of `lathe.v1.Lathe` (collections, documents,
-//! operations, retrieve; not aliases or snapshots), in the style of `google.api.http`
+//! The HTTP/JSON routes: one per unary RPC of `lathe.v1.Lathe` and the document upload (the
+//! snapshot file's download and upload, byte streams, stay gRPC's), in the style of `google.api.http`
 //! (resource paths, custom methods after a colon), matched here rather than by a router so that
 //! `{collection}:retrieve` and the OpenAPI document come from this one table.
 
@@ -19,6 +19,13 @@ pub enum Rpc {
     ListOperations,
     WaitOperation,
     Retrieve,
+    CreateAlias,
+    SwitchAlias,
+    DeleteAlias,
+    ListAliases,
+    CreateSnapshot,
+    ListSnapshots,
+    DeleteSnapshot,
 }
 
 impl Rpc {
@@ -36,6 +43,13 @@ impl Rpc {
             Rpc::ListOperations => "ListOperations",
             Rpc::WaitOperation => "WaitOperation",
             Rpc::Retrieve => "Retrieve",
+            Rpc::CreateAlias => "CreateAlias",
+            Rpc::SwitchAlias => "SwitchAlias",
+            Rpc::DeleteAlias => "DeleteAlias",
+            Rpc::ListAliases => "ListAliases",
+            Rpc::CreateSnapshot => "CreateSnapshot",
+            Rpc::ListSnapshots => "ListSnapshots",
+            Rpc::DeleteSnapshot => "DeleteSnapshot",
         }
     }
 }
@@ -128,6 +142,33 @@ pub const ROUTES: &[Route] = &[
         Method::POST,
         "/v1/collections/{collection}:retrieve",
         Body::Message,
+    ),
+    route(Rpc::CreateAlias, Method::POST, "/v1/aliases", Body::Message),
+    route(
+        Rpc::SwitchAlias,
+        Method::POST,
+        "/v1/aliases/{alias}:switch",
+        Body::Message,
+    ),
+    route(
+        Rpc::DeleteAlias,
+        Method::DELETE,
+        "/v1/aliases/{alias}",
+        Body::None,
+    ),
+    route(Rpc::ListAliases, Method::GET, "/v1/aliases", Body::None),
+    route(
+        Rpc::CreateSnapshot,
+        Method::POST,
+        "/v1/collections/{collection}/snapshots",
+        Body::Message,
+    ),
+    route(Rpc::ListSnapshots, Method::GET, "/v1/snapshots", Body::None),
+    route(
+        Rpc::DeleteSnapshot,
+        Method::DELETE,
+        "/v1/collections/{collection}/snapshots/{name}",
+        Body::None,
     ),
 ];
 
@@ -227,7 +268,24 @@ mod tests {
 
     #[test]
     fn every_served_rpc_has_one_route_and_paths_match_with_their_parameters() {
-        assert_eq!(ROUTES.len(), 11);
+        assert_eq!(ROUTES.len(), 18);
+        assert_eq!(
+            matched(
+                Method::DELETE,
+                "/v1/collections/docs/snapshots/docs-g7-1.snapshot"
+            ),
+            Some((
+                Rpc::DeleteSnapshot,
+                vec![
+                    ("collection", "docs".to_string()),
+                    ("name", "docs-g7-1.snapshot".to_string())
+                ]
+            ))
+        );
+        assert_eq!(
+            matched(Method::POST, "/v1/aliases/live:switch"),
+            Some((Rpc::SwitchAlias, vec![("alias", "live".to_string())]))
+        );
         assert_eq!(
             matched(Method::POST, "/v1/collections/docs:retrieve"),
             Some((Rpc::Retrieve, vec![("collection", "docs".to_string())]))
