@@ -57,14 +57,22 @@ def test_an_upsert_is_split_under_the_message_size_with_a_write_id_per_part() ->
         assert [len(r.documents) for r in lathe._split_upsert("c", documents(7, 10), "w")] == [3, 3, 1]
 
 
-def test_the_retry_policy_covers_the_service_but_not_collection_creation_and_deletion() -> None:
+def test_the_retry_policy_covers_the_service_but_not_what_a_retry_would_apply_twice() -> None:
     config = json.loads(retry_service_config(5))
     retried, not_retried = config["methodConfig"]
     assert retried["name"] == [{"service": "lathe.v1.Lathe"}]
     policy = retried["retryPolicy"]
     assert policy["maxAttempts"] == 5
     assert set(policy["retryableStatusCodes"]) == {"UNAVAILABLE", "RESOURCE_EXHAUSTED"}
-    assert {n["method"] for n in not_retried["name"]} == {"CreateCollection", "DeleteCollection"}
+    assert {n["method"] for n in not_retried["name"]} == {
+        "CreateCollection",
+        "DeleteCollection",
+        "CreateAlias",
+        "DeleteAlias",
+        "CreateSnapshot",
+        "DeleteSnapshot",
+        "RestoreSnapshot",
+    }
     assert "retryPolicy" not in not_retried
     assert "retryPolicy" not in json.loads(retry_service_config(1))["methodConfig"][0]
 

@@ -143,6 +143,33 @@ def test_an_alias_names_a_collection_until_switched_and_is_listed(lathe: Lathe) 
         lathe.delete_collection(name)
 
 
+def test_a_snapshot_downloads_and_restores_and_a_damaged_one_is_refused(
+    lathe: Lathe, tmp_path
+) -> None:
+    source, copy = unique_name("snap"), unique_name("restored")
+    lathe.create_collection(source)
+    lathe.upsert(source, [{"id": "gull", "text": "Gulls follow the ferry."}], wait=True)
+    taken = lathe.create_snapshot(source)
+    assert taken.collection == source and taken.name in [s.name for s in lathe.list_snapshots(source)]
+    path = str(tmp_path / taken.name)
+    assert lathe.download_snapshot(source, taken.name, path) == taken.bytes
+    restored = lathe.restore_snapshot(copy, path)
+    assert (restored.collection, restored.source_collection) == (copy, source)
+    assert restored.generation == taken.generation
+    assert lathe.retrieve(copy, "gulls", budget=32).chunks[0].doc_id == "gull"
+    damaged = bytearray(open(path, "rb").read())
+    damaged[512 + 5] ^= 0x01  # inside the first file (collection.json), after its tar header
+    (tmp_path / "damaged").write_bytes(bytes(damaged))
+    with pytest.raises(LatheError) as raised:
+        lathe.restore_snapshot(unique_name("never"), str(tmp_path / "damaged"))
+    assert raised.value.code is grpc.StatusCode.DATA_LOSS
+    assert "nothing was created" in str(raised.value)
+    lathe.delete_snapshot(source, taken.name)
+    assert taken.name not in [s.name for s in lathe.list_snapshots(source)]
+    for name in (source, copy):
+        lathe.delete_collection(name)
+
+
 def test_retrieve_returns_chunks_within_budget_with_exact_offsets(
     lathe: Lathe, docs: str, minilm: Tokenizer
 ) -> None:

@@ -21,6 +21,8 @@ from lathe_client.batching import batch_end
 from lathe_client.errors import LatheError, OperationFailed, WriteQueued
 from lathe_client.types import (
     Chunk,
+    Restored,
+    Snapshot,
     Chunking,
     ChunkStrategy,
     ChunkUnit,
@@ -66,9 +68,11 @@ def retry_service_config(max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> str:
     RESOURCE_EXHAUSTED (a full write queue, a server shedding load) is tried again, up to
     `max_attempts` in all, with exponential backoff (gRPC's jittered delays of up to 0.5, 1, 2,
     4 s, ..., at most 8 s), within the call's deadline. Writes are safe to retry because each
-    carries a write_id. CreateCollection, DeleteCollection, CreateAlias and DeleteAlias are not
-    retried: a retry of one that was applied would answer ALREADY_EXISTS or NOT_FOUND (SwitchAlias
-    is: switching twice to one collection is switching once). max_attempts 1: no retries."""
+    carries a write_id. CreateCollection, DeleteCollection, CreateAlias, DeleteAlias,
+    DeleteSnapshot and RestoreSnapshot are not retried: a retry of one that was applied would
+    answer ALREADY_EXISTS or NOT_FOUND (SwitchAlias is: switching twice to one collection is
+    switching once), and neither is CreateSnapshot, whose retry would take a second snapshot.
+    max_attempts 1: no retries."""
     retried: dict[str, Any] = {"name": [{"service": SERVICE_NAME}]}
     if max_attempts > 1:
         retried["retryPolicy"] = {
@@ -84,6 +88,9 @@ def retry_service_config(max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> str:
             {"service": SERVICE_NAME, "method": "DeleteCollection"},
             {"service": SERVICE_NAME, "method": "CreateAlias"},
             {"service": SERVICE_NAME, "method": "DeleteAlias"},
+            {"service": SERVICE_NAME, "method": "CreateSnapshot"},
+            {"service": SERVICE_NAME, "method": "DeleteSnapshot"},
+            {"service": SERVICE_NAME, "method": "RestoreSnapshot"},
         ]
     }
     return json.dumps({"methodConfig": [retried, not_retried]})
@@ -664,3 +671,37 @@ def _retrieve_from_proto(response: lathe_pb2.RetrieveResponse) -> RetrieveResult
         timings=[StageTiming(t.stage, t.micros) for t in response.timings],
         log_position=response.log_position,
     )
+
+
+def _snapshot_from_proto(reply: Any) -> Snapshot:
+    return Snapshot(
+        collection=reply.collection,
+        name=reply.name,
+        bytes=reply.bytes,
+        generation=reply.generation,
+        created_unix_ms=reply.created_unix_ms,
+    )
+
+
+def _restored_from_proto(reply: Any) -> Restored:
+    return Restored(
+        collection=reply.collection.name,
+        source_collection=reply.source_collection,
+        generation=reply.generation,
+        files=reply.files,
+        bytes=reply.bytes,
+    )
+
+
+def _restore_messages(collection: str, path: str) -> Iterable[Any]:
+    """The first message names the collection; each carries the file's next 1 MiB."""
+    with open(path, "rb") as snapshot:
+        first = True
+        while True:
+            data = snapshot.read(1 << 20)
+            if not data and not first:
+                return
+            yield lathe_pb2.RestoreSnapshotRequest(
+                collection=collection if first else "", data=data
+            )
+            first = False

@@ -35,6 +35,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lathe_client._proto.lathe.v1 import lathe_pb2, lathe_pb2_grpc
 from lathe_client._wire import (
+    _restore_messages,
+    _restored_from_proto,
+    _snapshot_from_proto,
     _CLIENT_TIMEOUT,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_BATCH_DOCUMENTS,
@@ -65,6 +68,8 @@ from lathe_client._wire import (
 from lathe_client.errors import LatheError
 from lathe_client.types import (
     Alias,
+    Restored,
+    Snapshot,
     Chunking,
     CollectionDeleted,
     CollectionInfo,
@@ -225,6 +230,53 @@ class AsyncLathe(_ClientBase):
             "ListAliases", self._stub.ListAliases, lathe_pb2.ListAliasesRequest()
         )
         return [Alias(alias=a.alias, collection=a.collection) for a in response.aliases]
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    async def create_snapshot(self, collection: str, *, timeout: float | None = None) -> Snapshot:
+        """As `Lathe.create_snapshot`."""
+        request = lathe_pb2.CreateSnapshotRequest(collection=collection)
+        reply = await self._call("CreateSnapshot", self._stub.CreateSnapshot, request, timeout)
+        return _snapshot_from_proto(reply)
+
+    async def list_snapshots(self, collection: str = "") -> list[Snapshot]:
+        """As `Lathe.list_snapshots`."""
+        request = lathe_pb2.ListSnapshotsRequest(collection=collection)
+        response = await self._call("ListSnapshots", self._stub.ListSnapshots, request)
+        return [_snapshot_from_proto(s) for s in response.snapshots]
+
+    async def delete_snapshot(self, collection: str, name: str) -> None:
+        """As `Lathe.delete_snapshot`."""
+        request = lathe_pb2.DeleteSnapshotRequest(collection=collection, name=name)
+        await self._call("DeleteSnapshot", self._stub.DeleteSnapshot, request)
+
+    async def download_snapshot(
+        self, collection: str, name: str, path: str, *, timeout: float | None = None
+    ) -> int:
+        """As `Lathe.download_snapshot`."""
+        request = lathe_pb2.DownloadSnapshotRequest(collection=collection, name=name)
+        written = 0
+        try:
+            call = self._stub.DownloadSnapshot(request, timeout=timeout, metadata=self._metadata)
+            with open(path, "wb") as out:
+                async for chunk in call:
+                    out.write(chunk.data)
+                    written += len(chunk.data)
+        except grpc.RpcError as error:
+            raise LatheError.from_rpc_error(error, "DownloadSnapshot") from None
+        return written
+
+    async def restore_snapshot(
+        self, collection: str, path: str, *, timeout: float | None = None
+    ) -> Restored:
+        """As `Lathe.restore_snapshot`."""
+        reply = await self._call(
+            "RestoreSnapshot",
+            self._stub.RestoreSnapshot,
+            _restore_messages(collection, path),
+            timeout,
+        )
+        return _restored_from_proto(reply)
 
     # -- documents ---------------------------------------------------------------------------
 

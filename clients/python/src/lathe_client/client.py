@@ -10,6 +10,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lathe_client._proto.lathe.v1 import lathe_pb2, lathe_pb2_grpc
 from lathe_client._wire import (
+    _restore_messages,
+    _restored_from_proto,
+    _snapshot_from_proto,
     _CLIENT_TIMEOUT,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_BATCH_DOCUMENTS,
@@ -46,6 +49,8 @@ from lathe_client._wire import retry_service_config as retry_service_config
 from lathe_client.errors import LatheError
 from lathe_client.types import (
     Alias,
+    Restored,
+    Snapshot,
     Chunking,
     CollectionDeleted,
     CollectionInfo,
@@ -210,6 +215,56 @@ class Lathe(_ClientBase):
             "ListAliases", self._stub.ListAliases, lathe_pb2.ListAliasesRequest()
         )
         return [Alias(alias=a.alias, collection=a.collection) for a in response.aliases]
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def create_snapshot(self, collection: str, *, timeout: float | None = None) -> Snapshot:
+        """Snapshots the collection's latest commit while it serves (a collection an alias names,
+        for an alias). The file stays on the server; `download_snapshot` copies it. No deadline
+        unless `timeout` is given: a large collection takes seconds."""
+        request = lathe_pb2.CreateSnapshotRequest(collection=collection)
+        reply = self._call("CreateSnapshot", self._stub.CreateSnapshot, request, timeout)
+        return _snapshot_from_proto(reply)
+
+    def list_snapshots(self, collection: str = "") -> list[Snapshot]:
+        """Snapshots of `collection` (of every collection when empty), newest first."""
+        request = lathe_pb2.ListSnapshotsRequest(collection=collection)
+        response = self._call("ListSnapshots", self._stub.ListSnapshots, request)
+        return [_snapshot_from_proto(s) for s in response.snapshots]
+
+    def delete_snapshot(self, collection: str, name: str) -> None:
+        request = lathe_pb2.DeleteSnapshotRequest(collection=collection, name=name)
+        self._call("DeleteSnapshot", self._stub.DeleteSnapshot, request)
+
+    def download_snapshot(
+        self, collection: str, name: str, path: str, *, timeout: float | None = None
+    ) -> int:
+        """Writes the snapshot file to `path`; its bytes."""
+        request = lathe_pb2.DownloadSnapshotRequest(collection=collection, name=name)
+        written = 0
+        try:
+            chunks = self._stub.DownloadSnapshot(request, timeout=timeout, metadata=self._metadata)
+            with open(path, "wb") as out:
+                for chunk in chunks:
+                    out.write(chunk.data)
+                    written += len(chunk.data)
+        except grpc.RpcError as error:
+            raise LatheError.from_rpc_error(error, "DownloadSnapshot") from None
+        return written
+
+    def restore_snapshot(
+        self, collection: str, path: str, *, timeout: float | None = None
+    ) -> Restored:
+        """Creates `collection` from the snapshot file at `path`, uploaded in 1 MiB messages.
+        Every file is checked first: a damaged or truncated snapshot raises DATA_LOSS naming its
+        file, and nothing is created."""
+        reply = self._call(
+            "RestoreSnapshot",
+            self._stub.RestoreSnapshot,
+            _restore_messages(collection, path),
+            timeout,
+        )
+        return _restored_from_proto(reply)
 
     # -- documents ---------------------------------------------------------------------------
 
@@ -460,3 +515,4 @@ class Lathe(_ClientBase):
                 progress(answer)
             if _wait_over(answer, deadline):
                 return answer
+

@@ -163,6 +163,28 @@ class Alias:
 
 
 @dataclass(frozen=True)
+class Snapshot:
+    """A snapshot of a collection kept by the server (`data_dir/snapshots/<collection>/<name>`)."""
+
+    collection: str
+    name: str
+    bytes: int
+    generation: int
+    created_unix_ms: int
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A collection created from a snapshot: its name, and what the snapshot held."""
+
+    collection: str
+    source_collection: str
+    generation: int
+    files: int
+    bytes: int
+
+
+@dataclass(frozen=True)
 class CollectionDeleted:
     """What `delete_collection` deleted."""
 
