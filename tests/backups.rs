@@ -113,6 +113,20 @@ async fn upload(
     client.restore_snapshot(tokio_stream::iter(messages)).await
 }
 
+/// `lathe ARGS` run to its end: its output, or what it printed on failure.
+fn cli(args: &[&str]) -> Result<String, String> {
+    let output = std::process::Command::new(binary::lathe_binary())
+        .args(args)
+        .output()
+        .expect("run lathe");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    if output.status.success() {
+        Ok(text(&output.stdout))
+    } else {
+        Err(text(&output.stderr))
+    }
+}
+
 async fn collection_names(client: &mut Client) -> Vec<String> {
     let listed = client
         .list_collections(proto::ListCollectionsRequest {})
@@ -346,19 +360,16 @@ async fn a_damaged_or_cut_short_snapshot_is_refused_naming_its_file_and_creates_
         // The same through `lathe restore`, from a file.
         let file = dir.path().join(&snapshot.name);
         std::fs::write(&file, &flipped).unwrap();
-        let output = std::process::Command::new(binary::lathe_binary())
-            .args([
-                "restore",
-                "--addr",
-                &server.address,
-                "--collection",
-                "by-cli",
-            ])
-            .arg(&file)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success());
+        let file_arg = file.to_string_lossy().into_owned();
+        let restore_file = [
+            "restore",
+            "--addr",
+            &server.address,
+            "--collection",
+            "by-cli",
+            &file_arg,
+        ];
+        let stderr = cli(&restore_file).unwrap_err();
         assert!(
             stderr.contains("DATA_LOSS") && stderr.contains(&store),
             "{stderr}"
@@ -377,22 +388,7 @@ async fn a_damaged_or_cut_short_snapshot_is_refused_naming_its_file_and_creates_
 
         // The whole file restores, once: a second restore of the name is refused.
         std::fs::write(&file, &whole).unwrap();
-        let output = std::process::Command::new(binary::lathe_binary())
-            .args([
-                "restore",
-                "--addr",
-                &server.address,
-                "--collection",
-                "by-cli",
-            ])
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        cli(&restore_file).expect("the whole file restores");
         expect_code(
             upload(&mut client, "by-cli", &whole).await,
             Code::AlreadyExists,
@@ -460,34 +456,15 @@ async fn snapshots_outlive_their_collection_restore_from_the_servers_folder_and_
         assert_eq!(listed, [newer.clone(), older.clone()], "newest first");
 
         let kept = format!("docs/{}", newer.name);
-        let output = std::process::Command::new(binary::lathe_binary())
-            .args(["restore", "--addr", &server.address, "--snapshot", &kept])
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        cli(&["restore", "--addr", &server.address, "--snapshot", &kept])
+            .expect("restore a kept snapshot");
         assert_eq!(ask(&mut client, "docs", QUERIES[1]).await, expected);
 
-        let output = std::process::Command::new(binary::lathe_binary())
-            .args([
-                "snapshot",
-                "--addr",
-                &server.address,
-                "create",
-                "--all",
-                "--keep",
-                "1",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let address = server.address.as_str();
+        cli(&[
+            "snapshot", "--addr", address, "create", "--all", "--keep", "1",
+        ])
+        .expect("snapshot every collection");
         let listed = client
             .list_snapshots(proto::ListSnapshotsRequest {
                 collection: "docs".into(),

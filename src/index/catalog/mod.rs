@@ -165,6 +165,18 @@ impl<T> Catalog<T> {
     ) -> Result<Arc<OpenCollection<T>>> {
         debug_assert!(is_valid_collection_name(name));
         let _changing = self.changing();
+        self.check_name_free(name)?;
+        let staging = self.root.join(format!("{CREATING_PREFIX}{name}"));
+        let built = self.build_staging(name, &staging, &settings);
+        if let Err(error) = built {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(error);
+        }
+        self.publish(name, &staging, settings, extra)
+    }
+
+    /// That no collection, alias or folder holds `name` (under the `changing` lock).
+    fn check_name_free(&self, name: &str) -> Result<()> {
         if self.read().contains_key(name) {
             return Err(LatheError::CollectionExists {
                 name: name.to_string(),
@@ -177,40 +189,44 @@ impl<T> Catalog<T> {
             });
         }
         let target = self.root.join(name);
-        let refused =
-            |action: &str, path: &Path, source: std::io::Error| LatheError::StorageRefused {
-                name: name.to_string(),
-                action: action.to_string(),
-                path: path.to_path_buf(),
-                source,
-            };
         if target.symlink_metadata().is_ok() {
             // Put there by hand after this server started: never build over it.
-            return Err(refused(
-                "creating the collection folder",
-                &target,
-                std::io::Error::new(
+            return Err(LatheError::StorageRefused {
+                name: name.to_string(),
+                action: "creating the collection folder".into(),
+                path: target,
+                source: std::io::Error::new(
                     std::io::ErrorKind::AlreadyExists,
                     "a folder of that name appeared after the server started; move it away or restart the server to open it",
                 ),
-            ));
+            });
         }
-        let staging = self.root.join(format!("{CREATING_PREFIX}{name}"));
-        let built = self.build_staging(name, &staging, &settings);
-        if let Err(error) = built {
-            let _ = std::fs::remove_dir_all(&staging);
-            return Err(error);
-        }
-        if let Err(source) = std::fs::rename(&staging, &target) {
-            let _ = std::fs::remove_dir_all(&staging);
-            return Err(refused(
-                &format!("renaming {} into place", staging.display()),
-                &target,
+        Ok(())
+    }
+
+    /// Renames a complete collection folder (`staging`) into place, durably, opens it and lists
+    /// it (under the `changing` lock, the name checked free): the rename is the moment the
+    /// collection appears. A failure leaves neither a listed collection nor a folder that would
+    /// appear at restart.
+    fn publish(
+        &self,
+        name: &str,
+        staging: &Path,
+        settings: StoredSettings,
+        extra: T,
+    ) -> Result<Arc<OpenCollection<T>>> {
+        let target = self.root.join(name);
+        if let Err(source) = std::fs::rename(staging, &target) {
+            let _ = std::fs::remove_dir_all(staging);
+            return Err(LatheError::StorageRefused {
+                name: name.to_string(),
+                action: format!("renaming {} into place", staging.display()),
+                path: target,
                 source,
-            ));
+            });
         }
         if let Err(error) = sync_dir(&self.root) {
-            self.unpublish_or_log(name, &target, &staging);
+            self.unpublish_or_log(name, &target, staging);
             return Err(error);
         }
         let index = match CollectionIndex::open(
@@ -223,7 +239,7 @@ impl<T> Catalog<T> {
             Ok(index) => index,
             Err(error) => {
                 // Unpublish, so that the failed create does not appear at the next start.
-                self.unpublish_or_log(name, &target, &staging);
+                self.unpublish_or_log(name, &target, staging);
                 return Err(error);
             }
         };

@@ -19,9 +19,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::archive::{extract_archive, write_archive, Header, SnapshotManifest};
 use super::folders::{read_settings, sync_dir, write_settings, INDEX_DIR, SETTINGS_FILE};
-use super::{Catalog, CollectionEntry, OpenCollection, StoredSettings};
+use super::{Catalog, OpenCollection, StoredSettings};
 use crate::error::{LatheError, Result};
-use crate::index::collection::CollectionIndex;
 
 pub(super) const SNAPSHOTS_DIR: &str = "snapshots";
 const EXTENSION: &str = ".snapshot";
@@ -176,17 +175,9 @@ impl<T> Catalog<T> {
         label: &str,
         attach: impl FnOnce(&StoredSettings) -> Result<T>,
     ) -> Result<(Arc<OpenCollection<T>>, SnapshotManifest)> {
-        if self.read().contains_key(name) {
-            return Err(LatheError::CollectionExists {
-                name: name.to_string(),
-            });
-        }
-        if let Some(collection) = self.aliases.target(name) {
-            return Err(LatheError::AliasExists {
-                alias: name.to_string(),
-                collection,
-            });
-        }
+        // Checked again under the lock before the rename; here so as not to read a whole upload
+        // for a name already taken.
+        self.check_name_free(name)?;
         let root = self.snapshots_root();
         std::fs::create_dir_all(&root)
             .map_err(|e| LatheError::io(format!("creating {}", root.display()), e))?;
@@ -207,8 +198,7 @@ impl<T> Catalog<T> {
         Ok((open?, manifest))
     }
 
-    /// Renames a prepared collection folder into place and opens it, as `create` does with the
-    /// folder it builds.
+    /// Publishes a prepared collection folder as `create` publishes the folder it builds.
     fn adopt(
         &self,
         name: &str,
@@ -217,53 +207,8 @@ impl<T> Catalog<T> {
         extra: T,
     ) -> Result<Arc<OpenCollection<T>>> {
         let _changing = self.changing();
-        let target = self.root.join(name);
-        if self.read().contains_key(name) || target.symlink_metadata().is_ok() {
-            return Err(LatheError::CollectionExists {
-                name: name.to_string(),
-            });
-        }
-        if let Some(collection) = self.aliases.target(name) {
-            return Err(LatheError::AliasExists {
-                alias: name.to_string(),
-                collection,
-            });
-        }
-        std::fs::rename(prepared, &target).map_err(|source| LatheError::StorageRefused {
-            name: name.to_string(),
-            action: format!("renaming the restored {} into place", prepared.display()),
-            path: target.clone(),
-            source,
-        })?;
-        if let Err(error) = sync_dir(&self.root) {
-            self.unpublish_or_log(name, &target, prepared);
-            return Err(error);
-        }
-        let index = CollectionIndex::open(
-            &target.join(INDEX_DIR),
-            name,
-            self.dense.clone(),
-            &self.writer_settings,
-            &self.writer_pool,
-        );
-        let index = match index {
-            Ok(index) => index,
-            Err(error) => {
-                self.unpublish_or_log(name, &target, prepared);
-                return Err(error);
-            }
-        };
-        let collection = Arc::new(OpenCollection {
-            name: name.to_string(),
-            settings,
-            index,
-            extra,
-        });
-        self.write().insert(
-            name.to_string(),
-            CollectionEntry::Ready(Arc::clone(&collection)),
-        );
-        Ok(collection)
+        self.check_name_free(name)?;
+        self.publish(name, prepared, settings, extra)
     }
 }
 
