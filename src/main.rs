@@ -1,5 +1,6 @@
 //! The `lathe` binary: `serve` (this crate), and the client subcommands `ingest`, `query`, `ops`,
-//! `snapshot`, `restore`, `collections`, `alias` and `eval` (the tools crate, over gRPC).
+//! `snapshot`, `restore`, `collections`, `alias`, `health` and `eval` (the tools crate, over
+//! gRPC).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,10 +48,13 @@ enum Command {
         /// TOML configuration file (every key documented in deploy/lathe.toml).
         #[arg(long, env = "LATHE_CONFIG")]
         config: Option<PathBuf>,
+        /// Address of the gRPC listener (`server.listen`; port 0: any free port, logged).
         #[arg(long)]
         listen: Option<std::net::SocketAddr>,
+        /// Folder of the collections, snapshots and write queue (`storage.data_dir`).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Folder of the model files, as scripts/fetch-models.sh lays it out (`models.dir`).
         #[arg(long)]
         models_dir: Option<PathBuf>,
         /// `text` or `json`.
@@ -73,6 +77,8 @@ enum Command {
     /// Aliases, second names for collections: list, create, switch (at once for every reader),
     /// delete.
     Alias(cli::AliasArgs),
+    /// Ask the server's health check; prints SERVING or NOT_SERVING, exits 0 only for SERVING.
+    Health(cli::HealthArgs),
     /// Evaluate retrieval quality and latency on a dataset (docs.jsonl, queries.jsonl) over gRPC.
     Eval(cli::EvalArgs),
     /// Recall@10 of a stopped server's dense index against exact search (run by lathe-bench).
@@ -129,6 +135,7 @@ fn main() -> ExitCode {
             Command::Restore(args) => cli::restore(args).await,
             Command::Collections(args) => cli::collections(args).await,
             Command::Alias(args) => cli::alias(args).await,
+            Command::Health(args) => cli::health(args).await,
             Command::Eval(args) => cli::eval(args).await,
             Command::DenseRecall(args) => lathe::dense_recall::run(args),
         }
@@ -148,5 +155,60 @@ fn main() -> ExitCode {
             eprintln!("lathe: {}", causes.join(": "));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every subcommand and every argument, hidden ones included, says what it is for in
+    /// `lathe help`: a flag added without a doc comment fails here.
+    #[test]
+    fn every_subcommand_and_argument_has_help() {
+        let command = Cli::command();
+        command.clone().debug_assert();
+        let mut missing = Vec::new();
+        collect_missing_help(&command, "lathe", &mut missing);
+        assert!(missing.is_empty(), "without help: {missing:#?}");
+    }
+
+    fn collect_missing_help(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for argument in command.get_arguments() {
+            let generated = matches!(argument.get_id().as_str(), "help" | "version");
+            if !generated && argument.get_help().is_none() && argument.get_long_help().is_none() {
+                missing.push(format!("{path} {}", argument.get_id()));
+            }
+        }
+        for subcommand in command.get_subcommands() {
+            let sub_path = format!("{path} {}", subcommand.get_name());
+            if subcommand.get_about().is_none() && subcommand.get_long_about().is_none() {
+                missing.push(sub_path.clone());
+            }
+            collect_missing_help(subcommand, &sub_path, missing);
+        }
+    }
+
+    #[test]
+    fn the_connection_options_follow_any_client_subcommand() {
+        let cli = Cli::try_parse_from([
+            "lathe",
+            "collections",
+            "list",
+            "--api-key",
+            "k",
+            "--tls-ca",
+            "ca.pem",
+            "--tls-domain",
+            "localhost",
+        ])
+        .expect("parses");
+        let Command::Collections(args) = cli.command else {
+            panic!("not collections");
+        };
+        assert_eq!(args.connect.api_key.as_deref(), Some("k"));
+        assert_eq!(args.connect.tls_ca, Some(PathBuf::from("ca.pem")));
+        assert_eq!(args.connect.tls_domain.as_deref(), Some("localhost"));
     }
 }

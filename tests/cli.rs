@@ -160,3 +160,22 @@ async fn collections_and_aliases_are_managed_from_the_command_line() {
     assert_eq!(server_collections(&mut client).await, ["docs-v1"]);
     binary::stop(process);
 }
+
+#[test]
+fn health_prints_serving_and_exits_non_zero_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let process = binary::start(dir.path(), &[("LATHE_MODELS__DENSE", "off".to_string())]);
+    let address = process.address.clone();
+    assert_eq!(printed(&address, &["health"]), ["SERVING"]);
+    assert_eq!(printed(&address, &["health", "--service", ""]), ["SERVING"]);
+    // A service the server does not know is the server's NOT_FOUND, and a failure.
+    let unknown = refused(&address, &["health", "--service", "lathe.v9.Nothing"]);
+    assert!(unknown.contains("NOT_FOUND"), "{unknown}");
+    binary::stop(process);
+    // Nobody listening: a failure that says where it tried.
+    let gone = refused(&address, &["health", "--timeout-seconds", "5"]);
+    assert!(
+        gone.contains(&format!("connecting to http://{address}")),
+        "{gone}"
+    );
+}

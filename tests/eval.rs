@@ -115,6 +115,7 @@ async fn eval_runs_every_query_at_every_budget_and_writes_the_report() {
         keep_collections: false,
         reuse: None,
         section_tokens: None,
+        connect: Default::default(),
     })
     .await
     .expect("eval");

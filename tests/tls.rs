@@ -138,7 +138,8 @@ async fn tls_with_a_wrong_certificate_is_refused_and_the_server_keeps_serving() 
     .expect("bounded");
 }
 
-/// `lathe ARGS --addr ADDRESS` with `VARIABLES` (and no other `LATHE_API_KEY`/`LATHE_CA_CERT`),
+/// `lathe ARGS --addr ADDRESS` with `VARIABLES` (and no other `LATHE_API_KEY`, `LATHE_CA_CERT`,
+/// `LATHE_TLS_CERT` or `LATHE_TLS_KEY`),
 /// as the chart's backup Job runs it, on a blocking thread: its output, or the error it printed.
 async fn cli(address: &str, variables: &[(&str, &str)], args: &[&str]) -> Result<String, String> {
     let mut command = std::process::Command::new(common::binary::lathe_binary());
@@ -147,6 +148,8 @@ async fn cli(address: &str, variables: &[(&str, &str)], args: &[&str]) -> Result
         .args(["--addr", address])
         .env_remove("LATHE_API_KEY")
         .env_remove("LATHE_CA_CERT")
+        .env_remove("LATHE_TLS_CERT")
+        .env_remove("LATHE_TLS_KEY")
         .envs(variables.iter().copied());
     let output = tokio::task::spawn_blocking(move || command.output().unwrap())
         .await
@@ -216,6 +219,223 @@ async fn the_cli_trusts_the_ca_and_sends_the_api_key_its_environment_names() {
         assert!(error.contains("PERMISSION_DENIED"), "{error}");
         let created = cli(&address, &writer, &create).await.unwrap();
         assert!(created.starts_with("c/c-g"), "{created}");
+    })
+    .await
+    .expect("the test ends within TEST_LIMIT");
+}
+
+/// A TLS server with API keys (`rw-secret`, `ro-secret`) whose certificate names only
+/// `localhost`, requiring client certificates signed by `client_ca` when given; the files the
+/// CLI is pointed at are written into `dir`.
+async fn secured_server(
+    dir: &std::path::Path,
+    server_ca: &TestCa,
+    client_ca: Option<&TestCa>,
+) -> InProcessServer {
+    let (certificate, key) = server_ca.leaf(&["localhost"]);
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let mut config = lexical_config(&dir.join("data"));
+    config.tls.cert_file = write("server.pem", &certificate);
+    config.tls.key_file = write("server.key", &key);
+    if let Some(client_ca) = client_ca {
+        config.tls.client_ca_file = write("client-ca.pem", &client_ca.pem);
+    }
+    config.auth.api_keys_file = write("keys", "read-write rw-secret\nread-only ro-secret\n");
+    InProcessServer::spawn(config)
+        .await
+        .expect("the server starts")
+}
+
+/// Writes `text` into `dir/name`; the path, as an argument.
+fn file(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_reaches_a_tls_server_with_an_api_key_through_its_flags() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let server_ca = TestCa::new("lathe test server ca");
+        let server = secured_server(dir.path(), &server_ca, None).await;
+        // By IP: the certificate names only localhost, which --tls-domain says to expect; the
+        // CA alone makes it TLS (no https:// needed).
+        let address = format!("127.0.0.1:{}", server.address().port());
+        let ca = file(dir.path(), "ca.pem", &server_ca.pem);
+        let document = file(
+            dir.path(),
+            "lathes.md",
+            "# Lathes\n\nA lathe turns wood and metal.\n",
+        );
+        let tls = ["--tls-ca", ca.as_str(), "--tls-domain", "localhost"];
+        let with = |args: &[&str], key: &str| -> Vec<String> {
+            let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            all.extend(tls.iter().map(|a| a.to_string()));
+            if !key.is_empty() {
+                all.extend(["--api-key".to_string(), key.to_string()]);
+            }
+            all
+        };
+        let run = |args: Vec<String>| {
+            let address = address.clone();
+            async move {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                cli(&address, &[], &args).await
+            }
+        };
+        until_ready(|| run(with(&["collections", "list"], "ro-secret"))).await;
+
+        let health = run(with(&["health"], "")).await.expect("health over TLS");
+        assert_eq!(health, "SERVING\n");
+        let ingest = ["ingest", "-c", "docs", document.as_str()];
+        let ingested = run(with(&ingest, "rw-secret")).await.expect("ingest");
+        assert!(ingested.starts_with("ingested 1 documents"), "{ingested}");
+        let listed = run(with(&["collections", "list"], "ro-secret"))
+            .await
+            .unwrap();
+        assert_eq!(listed, "docs  ready  documents 1  sections 1  aliases -\n");
+        let answer = run(with(&["query", "lathe", "-c", "docs"], "ro-secret"))
+            .await
+            .expect("query");
+        assert!(answer.contains("A lathe turns wood and metal."), "{answer}");
+
+        // Refusals print the gRPC code's name and the server's message.
+        let error = run(with(&["query", "lathe", "-c", "docs"], ""))
+            .await
+            .unwrap_err();
+        assert!(error.contains("UNAUTHENTICATED"), "{error}");
+        let error = run(with(&["collections", "delete", "docs"], "ro-secret"))
+            .await
+            .unwrap_err();
+        assert!(
+            error.starts_with("lathe: PERMISSION_DENIED: ")
+                && error.contains("DeleteCollection writes: this API key is read-only"),
+            "{error}"
+        );
+        // Without --tls-domain the certificate does not name the address.
+        let args = [
+            "collections",
+            "list",
+            "--tls-ca",
+            ca.as_str(),
+            "--api-key",
+            "rw-secret",
+        ];
+        let error = cli(&address, &[], &args).await.unwrap_err();
+        assert!(error.contains("connecting to https://127.0.0.1"), "{error}");
+        // A plaintext http:// address with TLS settings is refused before any byte is sent.
+        let plaintext = format!("http://{address}");
+        let error = cli(
+            &plaintext,
+            &[],
+            &with(&["health"], "")
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap_err();
+        assert!(error.contains("is plaintext"), "{error}");
+        server.stop().await.expect("the server stops cleanly");
+    })
+    .await
+    .expect("the test ends within TEST_LIMIT");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_presents_its_certificate_to_a_server_that_requires_one() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let server_ca = TestCa::new("lathe test server ca");
+        let client_ca = TestCa::new("lathe test client ca");
+        let server = secured_server(dir.path(), &server_ca, Some(&client_ca)).await;
+        let address = format!("https://localhost:{}", server.address().port());
+        let ca = file(dir.path(), "ca.pem", &server_ca.pem);
+        let (certificate, key) = client_ca.leaf(&["client"]);
+        let certificate = file(dir.path(), "client.pem", &certificate);
+        let key = file(dir.path(), "client.key", &key);
+        let document = file(
+            dir.path(),
+            "lathes.md",
+            "# Lathes\n\nA lathe turns wood and metal.\n",
+        );
+        let identity = [
+            "--tls-ca",
+            ca.as_str(),
+            "--tls-cert",
+            certificate.as_str(),
+            "--tls-key",
+            key.as_str(),
+            "--api-key",
+            "rw-secret",
+        ];
+        let with_identity = |args: &[&str]| -> Vec<String> {
+            args.iter()
+                .chain(identity.iter())
+                .map(|a| a.to_string())
+                .collect()
+        };
+        let run = |args: Vec<String>| {
+            let address = address.clone();
+            async move {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                cli(&address, &[], &args).await
+            }
+        };
+        until_ready(|| run(with_identity(&["collections", "list"]))).await;
+
+        assert_eq!(run(with_identity(&["health"])).await.unwrap(), "SERVING\n");
+        let ingest = ["ingest", "-c", "docs", document.as_str()];
+        run(with_identity(&ingest))
+            .await
+            .expect("ingest with a client certificate");
+        let answer = run(with_identity(&["query", "lathe", "-c", "docs"]))
+            .await
+            .expect("query with a client certificate");
+        assert!(answer.contains("A lathe turns wood and metal."), "{answer}");
+        // The identity from the environment, as a Job mounts it.
+        let variables = [
+            ("LATHE_CA_CERT", ca.as_str()),
+            ("LATHE_TLS_CERT", certificate.as_str()),
+            ("LATHE_TLS_KEY", key.as_str()),
+            ("LATHE_API_KEY", "ro-secret"),
+        ];
+        let listed = cli(&address, &variables, &["collections", "list"])
+            .await
+            .unwrap();
+        assert_eq!(listed, "docs  ready  documents 1  sections 1  aliases -\n");
+
+        // No client certificate: the server refuses the handshake.
+        let bare = [
+            "collections",
+            "list",
+            "--tls-ca",
+            ca.as_str(),
+            "--api-key",
+            "rw-secret",
+        ];
+        let error = cli(&address, &[], &bare).await.unwrap_err();
+        assert!(error.starts_with("lathe: "), "{error}");
+        // Half an identity is the client's own error.
+        let half = [
+            "collections",
+            "list",
+            "--tls-ca",
+            ca.as_str(),
+            "--tls-cert",
+            certificate.as_str(),
+        ];
+        let error = cli(&address, &[], &half).await.unwrap_err();
+        assert!(
+            error.contains("needs both --tls-cert and --tls-key"),
+            "{error}"
+        );
+        server.stop().await.expect("the server stops cleanly");
     })
     .await
     .expect("the test ends within TEST_LIMIT");

@@ -3,7 +3,7 @@
 //! through its gRPC API (crate `lathe-proto`) or by running the `lathe` binary; Cargo keeps it so,
 //! since this crate does not depend on the server.
 //!
-//! - [`client`]: connecting, strategy names, uploads in batches.
+//! - [`client`]: connecting (API key, TLS, mutual TLS), strategy names, uploads in batches.
 //! - [`server_process`]: a `lathe serve` child process on a loopback port, for a tool run
 //!   without `--addr` and for the benchmark programs' servers.
 //! - [`proc_status`]: a process's resident memory and CPU time, from `/proc`.

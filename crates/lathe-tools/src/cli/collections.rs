@@ -5,8 +5,11 @@ use crate::proto;
 
 #[derive(clap::Args, Debug)]
 pub struct CollectionsArgs {
+    /// The server: `host:port`, or an `http://` or `https://` URI.
     #[arg(long, default_value = "127.0.0.1:50051", global = true)]
     pub addr: String,
+    #[command(flatten)]
+    pub connect: crate::client::ConnectArgs,
     #[command(subcommand)]
     pub command: CollectionsCommand,
 }
@@ -34,13 +37,19 @@ pub enum CollectionsCommand {
         budget_tokenizer: Option<String>,
     },
     /// Delete a collection and its documents (refused while an alias names it).
-    Delete { name: String },
+    Delete {
+        /// The collection (not an alias).
+        name: String,
+    },
 }
 
 #[derive(clap::Args, Debug)]
 pub struct AliasArgs {
+    /// The server: `host:port`, or an `http://` or `https://` URI.
     #[arg(long, default_value = "127.0.0.1:50051", global = true)]
     pub addr: String,
+    #[command(flatten)]
+    pub connect: crate::client::ConnectArgs,
     #[command(subcommand)]
     pub command: AliasCommand,
 }
@@ -58,16 +67,20 @@ pub enum AliasCommand {
     },
     /// Point an existing alias at another collection, at once for every reader.
     Switch {
+        /// The alias to point elsewhere.
         alias: String,
         /// The collection it names from now on (never another alias).
         collection: String,
     },
     /// Delete an alias (its collection stays).
-    Delete { alias: String },
+    Delete {
+        /// The alias to delete.
+        alias: String,
+    },
 }
 
 pub async fn collections(args: CollectionsArgs) -> anyhow::Result<()> {
-    let mut client = crate::client::connect(&args.addr).await?;
+    let mut client = args.connect.connect(&args.addr).await?;
     match args.command {
         CollectionsCommand::List => {
             let listed = client
@@ -119,7 +132,7 @@ pub async fn collections(args: CollectionsArgs) -> anyhow::Result<()> {
 }
 
 pub async fn alias(args: AliasArgs) -> anyhow::Result<()> {
-    let mut client = crate::client::connect(&args.addr).await?;
+    let mut client = args.connect.connect(&args.addr).await?;
     let changed = match args.command {
         AliasCommand::List => {
             let listed = client

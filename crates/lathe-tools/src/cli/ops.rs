@@ -9,6 +9,7 @@ pub struct OpsArgs {
     /// The collection whose operations to list.
     #[arg(long, short)]
     pub collection: Option<String>,
+    /// The server: `host:port`, or an `http://` or `https://` URI.
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub addr: String,
     /// Operations to list (newest first), 1..=1000.
@@ -17,10 +18,12 @@ pub struct OpsArgs {
     /// Follow this operation until it ends, with a progress bar.
     #[arg(long)]
     pub wait: Option<u64>,
+    #[command(flatten)]
+    pub connect: crate::client::ConnectArgs,
 }
 
 pub async fn ops(args: OpsArgs) -> anyhow::Result<()> {
-    let mut client = crate::client::connect(&args.addr).await?;
+    let mut client = args.connect.connect(&args.addr).await?;
     if let Some(id) = args.wait {
         let operation = follow(&mut client, id, true).await?;
         println!("{}", describe(&operation));

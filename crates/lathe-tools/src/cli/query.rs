@@ -8,20 +8,25 @@ use crate::proto;
 pub struct QueryArgs {
     /// The question.
     pub query: String,
+    /// The collection (or alias) to ask.
     #[arg(long, short)]
     pub collection: String,
+    /// The server: `host:port`, or an `http://` or `https://` URI.
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub addr: String,
     /// LLM token budget for the returned text.
     #[arg(long, short, default_value_t = 512)]
     pub budget: u32,
+    /// Sections retrieved and re-chunked (default: the server's, deeper for larger budgets).
     #[arg(long)]
     pub top_k: Option<u32>,
     /// fixed, sentence, recursive, structure, auto, semantic, csv or code (default: the collection's).
     #[arg(long)]
     pub strategy: Option<String>,
+    /// Largest chunk, in --unit (default: the collection's, else the server's, at most the budget).
     #[arg(long)]
     pub max_tokens: Option<u32>,
+    /// Overlap between neighbouring chunks of the fixed strategy, in --unit.
     #[arg(long)]
     pub overlap: Option<u32>,
     /// Unit of the fixed strategy: tokens, words or chars.
@@ -51,6 +56,8 @@ pub struct QueryArgs {
     /// write it (lowerCamelCase names, 64-bit integers as strings, defaults left out).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub connect: crate::client::ConnectArgs,
 }
 
 pub async fn query(args: QueryArgs) -> anyhow::Result<()> {
@@ -104,7 +111,7 @@ pub async fn query(args: QueryArgs) -> anyhow::Result<()> {
         diversity: args.diversity,
         consistency_token: args.consistency_token,
     };
-    let mut client = crate::client::connect(&args.addr).await?;
+    let mut client = args.connect.connect(&args.addr).await?;
     let response = client
         .retrieve(request)
         .await
@@ -160,7 +167,7 @@ fn print_response(
         .collect();
     writeln!(
         out,
-        "{} chunks, {} / {} tokens, generation {}, cache {}; {}",
+        "{} chunks, {} / {} tokens, from index generation {}, cache {}; {}",
         response.chunks.len(),
         response.tokens_used,
         response.token_budget,

@@ -10,8 +10,11 @@ const UPLOAD_CHUNK: usize = 1 << 20;
 
 #[derive(clap::Args, Debug)]
 pub struct SnapshotArgs {
+    /// The server: `host:port`, or an `http://` or `https://` URI.
     #[arg(long, default_value = "127.0.0.1:50051", global = true)]
     pub addr: String,
+    #[command(flatten)]
+    pub connect: crate::client::ConnectArgs,
     #[command(subcommand)]
     pub command: SnapshotCommand,
 }
@@ -33,12 +36,22 @@ pub enum SnapshotCommand {
         download_to: Option<PathBuf>,
     },
     /// List snapshots (of one collection, or of all), newest first.
-    List { collection: Option<String> },
+    List {
+        /// Only this collection's snapshots.
+        collection: Option<String>,
+    },
     /// Delete one snapshot.
-    Delete { collection: String, name: String },
+    Delete {
+        /// The collection the snapshot was taken of.
+        collection: String,
+        /// The snapshot's name, as `lathe snapshot list` prints it after the `/`.
+        name: String,
+    },
     /// Copy a snapshot off the server into a file.
     Download {
+        /// The collection the snapshot was taken of.
         collection: String,
+        /// The snapshot's name, as `lathe snapshot list` prints it after the `/`.
         name: String,
         /// The file to write (default: the snapshot's name, in the current folder).
         #[arg(long, short)]
@@ -57,12 +70,15 @@ pub struct RestoreArgs {
     /// prints it.
     #[arg(long, conflicts_with = "file")]
     pub snapshot: Option<String>,
+    /// The server: `host:port`, or an `http://` or `https://` URI.
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub addr: String,
+    #[command(flatten)]
+    pub connect: crate::client::ConnectArgs,
 }
 
 pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<()> {
-    let mut client = crate::client::connect(&args.addr).await?;
+    let mut client = args.connect.connect(&args.addr).await?;
     match args.command {
         SnapshotCommand::Create {
             collections,
@@ -206,7 +222,7 @@ async fn download(
 }
 
 pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
-    let mut client = crate::client::connect(&args.addr).await?;
+    let mut client = args.connect.connect(&args.addr).await?;
     let restored = match (&args.file, &args.snapshot) {
         (None, Some(kept)) => {
             let Some((snapshot_collection, snapshot_name)) = kept.split_once('/') else {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use rand::SeedableRng;
 
-use crate::client::{connect, strategy_from_name};
+use crate::client::strategy_from_name;
 use crate::eval::Dataset;
 use crate::proto;
 use crate::server_process::TargetServer;
@@ -104,6 +104,9 @@ pub struct EvalArgs {
     /// dir, skips the ingest.
     #[arg(long, value_name = "RUN_ID")]
     pub reuse: Option<String>,
+    // How to reach the server given with --addr (a server started here is plaintext and open).
+    #[command(flatten)]
+    pub connect: crate::client::ConnectArgs,
 }
 
 /// The system of requests that hold only the query and the budget.
@@ -180,7 +183,12 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     let lathe_systems = lathe_systems(&args)?;
     let target =
         TargetServer::given_or_started(args.addr.as_deref(), &args.models_dir, args.cpu_threads)?;
-    let mut client = connect(&target.address).await?;
+    let connect_args = if target.is_started_here() {
+        crate::client::ConnectArgs::default()
+    } else {
+        args.connect.clone()
+    };
+    let mut client = connect_args.connect(&target.address).await?;
     let collections = ingest_collections(&mut client, &args, &inputs, lathe_systems).await?;
     if collections.systems.is_empty() {
         anyhow::bail!("nothing to evaluate: give --strategies or --baselines");

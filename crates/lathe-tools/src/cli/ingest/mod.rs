@@ -34,8 +34,10 @@ pub struct IngestArgs {
     /// Files or folders; folders are walked for .md, .markdown, .html, .htm, .txt and .jsonl.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
+    /// The collection to write to (created when missing).
     #[arg(long, short)]
     pub collection: String,
+    /// The server: `host:port`, or an `http://` or `https://` URI.
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub addr: String,
     /// Budget tokenizer if the collection has to be created.
@@ -65,6 +67,8 @@ pub struct IngestArgs {
     /// Treat .txt files and JSONL documents without a format as this format.
     #[arg(long, value_parser = ["plain", "markdown", "html"], default_value = "plain")]
     pub default_format: String,
+    #[command(flatten)]
+    pub connect: crate::client::ConnectArgs,
 }
 
 pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
@@ -77,7 +81,7 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         args.batch_seconds > 0.0 && args.deadline_seconds > 0.0,
         "--batch-seconds and --deadline-seconds must be above 0"
     );
-    let mut client = crate::client::connect(&args.addr).await?;
+    let mut client = args.connect.connect(&args.addr).await?;
     create_collection_unless_present(&mut client, &args).await?;
 
     let sizes: Vec<usize> = documents.iter().map(|d| d.text.len()).collect();
@@ -322,7 +326,7 @@ async fn create_collection_unless_present(
             return Err(anyhow::anyhow!(
                 "creating collection {}: {}",
                 args.collection,
-                status.message()
+                crate::client::status_line(&status)
             ))
         }
     }
