@@ -61,7 +61,8 @@ enum Command {
         #[arg(long, value_parser = parse_log_format)]
         log_format: Option<LogFormat>,
     },
-    /// Ingest files or folders (.md, .markdown, .html, .htm, .txt, .jsonl) into a collection.
+    /// Ingest files or folders into a collection: Markdown, HTML, text, reStructuredText,
+    /// CSV/TSV, source code and JSONL files, also gzipped (.gz).
     Ingest(cli::IngestArgs),
     /// Retrieve chunks for a question and print them with scores and offsets.
     Query(cli::QueryArgs),

@@ -179,3 +179,131 @@ fn health_prints_serving_and_exits_non_zero_otherwise() {
         "{gone}"
     );
 }
+
+/// Writes `bytes` at `root/relative`, making its folders.
+fn write_file(root: &std::path::Path, relative: &str, bytes: &[u8]) {
+    let path = root.join(relative);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn gzipped(text: &str) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(text.as_bytes()).unwrap();
+    encoder.finish().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_reads_every_text_kind_with_its_file_metadata_and_names_what_it_skips() {
+    let dir = tempfile::tempdir().unwrap();
+    let process = binary::start(
+        &dir.path().join("data"),
+        &[("LATHE_MODELS__DENSE", "off".to_string())],
+    );
+    let address = process.address.clone();
+    let corpus = dir.path().join("corpus");
+    write_file(
+        &corpus,
+        "guide/intro.md",
+        b"# Spindle\n\nThe spindle of a lathe turns the work.\n",
+    );
+    write_file(
+        &corpus,
+        "guide/setup.rst",
+        b"Setup\n=====\n\nOil the spindle bearings weekly.\n",
+    );
+    write_file(
+        &corpus,
+        "parts.csv",
+        b"part,price\nspindle,120\ntailstock,80\nchuck,45\n",
+    );
+    write_file(
+        &corpus,
+        "src/spindle.py",
+        b"def spindle_speed(rpm):\n    return rpm * 2\n\n\nclass Spindle:\n    pass\n",
+    );
+    write_file(
+        &corpus,
+        "notes/history.md.gz",
+        &gzipped("# History\n\nThe first spindle lathes were turned by a bow.\n"),
+    );
+    write_file(&corpus, "LICENSE", b"Apache spindle license text\n");
+    write_file(&corpus, "photo.png", b"\x89PNG\r\n\x1a\n\0\0\0");
+    write_file(&corpus, "broken.txt", b"spindle \xff\xfe not utf-8");
+    write_file(&corpus, ".cache/old.md", b"# Old spindle notes\n");
+
+    let output = binary::lathe_ingest(&address, "files", &[], corpus.clone()).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.starts_with("ingested 5 documents ("), "{stdout}");
+    assert!(!stdout.contains("0.00 MB/s"), "{stdout}");
+    assert!(stderr.contains("skipped 4 files:"), "{stderr}");
+    let license = corpus.join("LICENSE").display().to_string();
+    assert!(
+        stderr.contains(&format!("1 no extension: {license}")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 extension .png is not read: "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("1 binary (not UTF-8 text): "), "{stderr}");
+    assert!(
+        stderr.contains("1 hidden (a name starting with a dot): "),
+        "{stderr}"
+    );
+
+    // Every file's document carries its path, folder and extension (the one inside a .gz).
+    let mut client = binary::connect(&address).await;
+    let expected = [
+        ("guide/intro.md", "guide", "md", None),
+        ("guide/setup.rst", "guide", "rst", None),
+        ("parts.csv", ".", "csv", Some("csv")),
+        ("src/spindle.py", "src", "py", Some("code")),
+        ("notes/history.md.gz", "notes", "md", None),
+    ];
+    for (path, dir, ext, strategy) in expected {
+        let mut request = retrieve_request("files", "spindle", 2048);
+        request.filter = Some(proto::Filter {
+            metadata: vec![proto::MetadataTerm {
+                key: "path".into(),
+                value: path.into(),
+            }],
+            doc_ids: Vec::new(),
+        });
+        let response = retrieve(&mut client, request).await;
+        let chunk = response
+            .chunks
+            .first()
+            .unwrap_or_else(|| panic!("{path}: no chunk"));
+        assert_eq!(chunk.doc_id, path);
+        assert_eq!(chunk.metadata["dir"], dir, "{path}");
+        assert_eq!(chunk.metadata["ext"], ext, "{path}");
+        assert_eq!(
+            chunk.metadata.get("strategy").map(String::as_str),
+            strategy,
+            "{path}"
+        );
+    }
+
+    // `lathe query --filter` narrows to them.
+    let answer = printed(
+        &address,
+        &[
+            "query", "spindle", "-c", "files", "--filter", "ext=md", "--json",
+        ],
+    );
+    let answer: serde_json::Value = serde_json::from_str(&answer[0]).expect("JSON");
+    let mut documents: Vec<&str> = answer["chunks"]
+        .as_array()
+        .expect("chunks")
+        .iter()
+        .map(|chunk| chunk["docId"].as_str().expect("docId"))
+        .collect();
+    documents.sort_unstable();
+    documents.dedup();
+    assert_eq!(documents, ["guide/intro.md", "notes/history.md.gz"]);
+    binary::stop(process);
+}

@@ -11,6 +11,7 @@ mod ingest;
 pub mod ops;
 mod query;
 mod snapshot;
+mod units;
 
 pub use collections::{alias, collections, AliasArgs, CollectionsArgs};
 pub use eval::{eval, EvalArgs};

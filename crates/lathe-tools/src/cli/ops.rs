@@ -78,7 +78,7 @@ pub fn ended_well(operation: &proto::Operation) -> anyhow::Result<()> {
     }
 }
 
-/// `42 upsert applied 49/49 documents, 1.15/1.15 MB, 0.021 MB/s …`.
+/// `42 upsert applied 49/49 documents, 1.15 MB/1.15 MB, 21.0 KB/s …`.
 pub fn describe(operation: &proto::Operation) -> String {
     let kind = proto::OperationKind::try_from(operation.kind)
         .map(|kind| {
@@ -88,17 +88,21 @@ pub fn describe(operation: &proto::Operation) -> String {
         })
         .unwrap_or_default();
     let mut line = format!(
-        "{} {kind} {} {}/{} documents, {:.2}/{:.2} MB, {:.3} MB/s",
+        "{} {kind} {} {}/{} documents, {}/{}, {}",
         operation.id,
         state_name(operation),
         operation.documents_done,
         operation.documents_total,
-        operation.bytes_done as f64 / 1e6,
-        operation.bytes_total as f64 / 1e6,
-        operation.bytes_per_second / 1e6,
+        super::units::bytes(operation.bytes_done),
+        super::units::bytes(operation.bytes_total),
+        super::units::per_second(operation.bytes_per_second),
     );
-    if let Some(eta) = operation.eta_seconds {
-        line.push_str(&format!(", ETA {eta:.1} s"));
+    if let Some(eta) = operation
+        .eta_seconds
+        .filter(|eta| eta.is_finite() && *eta >= 0.0)
+    {
+        let eta = super::units::duration(Duration::from_secs_f64(eta));
+        line.push_str(&format!(", ETA {eta}"));
     }
     if !operation.write_id.is_empty() {
         line.push_str(&format!(", write_id {}", operation.write_id));

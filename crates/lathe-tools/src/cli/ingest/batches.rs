@@ -5,6 +5,8 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+use crate::cli::units;
+
 /// The end of the batch that starts at document `start`: documents while their text adds up to
 /// at most `bytes` (always at least one, however large), and at most `most` documents.
 fn batch_end(sizes: &[usize], start: usize, bytes: usize, most: usize) -> usize {
@@ -107,7 +109,7 @@ impl Progress {
     }
 }
 
-/// `documents 120/500, 1.20/5.00 MB, 0.40 MB/s, ETA 9.5 s`.
+/// `documents 120/500, 1.20 MB/5.00 MB, 400 KB/s, ETA 9.50 s`.
 fn progress_line(
     documents: usize,
     total_documents: usize,
@@ -118,15 +120,16 @@ fn progress_line(
     let seconds = elapsed.as_secs_f64().max(1e-3);
     let rate = bytes as f64 / seconds;
     let eta = if rate > 0.0 {
-        format!("{:.1} s", total_bytes.saturating_sub(bytes) as f64 / rate)
+        let left = total_bytes.saturating_sub(bytes) as f64 / rate;
+        units::duration(Duration::from_secs_f64(left))
     } else {
         "unknown".to_string()
     };
     format!(
-        "documents {documents}/{total_documents}, {:.2}/{:.2} MB, {:.2} MB/s, ETA {eta}",
-        bytes as f64 / 1e6,
-        total_bytes as f64 / 1e6,
-        rate / 1e6
+        "documents {documents}/{total_documents}, {}/{}, {}, ETA {eta}",
+        units::bytes(bytes as u64),
+        units::bytes(total_bytes as u64),
+        units::per_second(rate)
     )
 }
 
@@ -231,12 +234,15 @@ mod tests {
     }
 
     #[test]
-    fn progress_names_documents_megabytes_rate_and_what_is_left() {
+    fn progress_names_documents_sizes_rate_and_what_is_left() {
         let line = progress_line(120, 500, 1_200_000, 5_000_000, Duration::from_secs(3));
         assert_eq!(
             line,
-            "documents 120/500, 1.20/5.00 MB, 0.40 MB/s, ETA 9.5 s"
+            "documents 120/500, 1.20 MB/5.00 MB, 400 KB/s, ETA 9.50 s"
         );
+        // A slow start reads in bytes, not as a row of zeros.
+        let slow = progress_line(1, 500, 300, 5_000_000, Duration::from_secs(2));
+        assert!(slow.contains(", 150 B/s, ETA 9 h 15 min"), "{slow}");
         let start = progress_line(0, 5, 0, 100, Duration::from_secs(1));
         assert!(start.ends_with("ETA unknown"), "{start}");
     }

@@ -9,12 +9,14 @@
 //! one document that alone outlasts it goes as an upload stream (no server deadline). Three batches
 //! are in flight at once (`--in-flight`), so that the server cuts the next ones into sections
 //! while it indexes and commits one; with repeated document ids, one at a time. Progress
-//! (documents, MB, MB/s, ETA) is printed after each batch. Resuming after an interruption is
+//! (documents, bytes, rate, ETA) is printed after each batch, and the files left out (by why)
+//! before the first. Resuming after an interruption is
 //! running the same command again: the server reuses the stored vectors of every section whose
 //! text is unchanged, so documents already stored cost no inference.
 
 mod batches;
 mod files;
+mod kinds;
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -24,14 +26,20 @@ use anyhow::Context;
 use futures::stream::{FuturesOrdered, StreamExt};
 use tonic::Code;
 
+use crate::cli::units;
 use crate::proto;
 use batches::{BatchQueue, BatchSizer, Progress};
 pub use files::documents_from_jsonl;
 use files::{documents_from_paths, format_from_name};
+use kinds::KINDS_READ;
 
 #[derive(clap::Args, Debug)]
 pub struct IngestArgs {
-    /// Files or folders; folders are walked for .md, .markdown, .html, .htm, .txt and .jsonl.
+    /// Files or folders; folders are walked (hidden entries left out) for .md .markdown .html
+    /// .htm .txt .rst .adoc .org .csv .tsv .jsonl and source code files, also gzipped (.gz). Each
+    /// document gets the file's `path` (relative to the folder), `dir` and `ext` as metadata
+    /// (`lathe query --filter ext=py`), and tables and code `strategy=csv` or `strategy=code`.
+    /// Other files are skipped and counted.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
     /// The collection to write to (created when missing).
@@ -73,9 +81,13 @@ pub struct IngestArgs {
 
 pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
     let default_format = format_from_name(&args.default_format)?;
-    let documents = documents_from_paths(&args.paths, default_format)?;
+    let found = documents_from_paths(&args.paths, default_format)?;
+    for line in found.skipped_summary() {
+        eprintln!("{line}");
+    }
+    let documents = found.documents;
     if documents.is_empty() {
-        anyhow::bail!("no .md, .markdown, .html, .htm, .txt or .jsonl documents found");
+        anyhow::bail!("no documents found: ingest reads {KINDS_READ}");
     }
     anyhow::ensure!(
         args.batch_seconds > 0.0 && args.deadline_seconds > 0.0,
@@ -88,7 +100,7 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
     let mut progress = Progress::new(&sizes);
     let mut sizer = BatchSizer::new(args.first_batch_bytes, args.batch_seconds);
     let deadline = Duration::from_secs_f64(args.deadline_seconds);
-    let (mut sections, mut generation) = (0u64, 0u64);
+    let mut sections = 0u64;
     // Batches are cut in order; one that ran past its deadline comes back in smaller ones.
     let mut batches = BatchQueue::new(&sizes, args.batch.max(1));
     let most_in_flight = batches_in_flight(&documents, args.in_flight);
@@ -110,7 +122,6 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
                 let response = response.into_inner();
                 sizer.observe(batch_bytes, elapsed);
                 sections += u64::from(response.sections);
-                generation = generation.max(response.generation);
                 progress.done(range.len(), batch_bytes);
                 eprintln!("{}", progress.line());
             }
@@ -119,22 +130,19 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
             Err(status) if ran_past_deadline(&status) && range.len() > 1 => {
                 sizer.timed_out(batch_bytes);
                 eprintln!(
-                    "a batch of {} documents ({:.2} MB) ran past its deadline; retrying in batches of at most {:.2} MB",
+                    "a batch of {} documents ({}) ran past its deadline; retrying in batches of at most {}",
                     range.len(),
-                    batch_bytes as f64 / 1e6,
-                    sizer.batch_bytes() as f64 / 1e6
+                    units::bytes(batch_bytes as u64),
+                    units::bytes(sizer.batch_bytes() as u64)
                 );
                 batches.retry(range, sizer.batch_bytes());
             }
             Err(status) => return Err(batch_failed(&range, &status, &progress)),
         }
     }
-    print_ingest_summary(
-        &args.collection,
-        documents.len(),
-        sections,
-        generation,
-        &progress,
+    println!(
+        "{}",
+        ingest_summary(&args.collection, documents.len(), sections, &progress)
     );
     Ok(())
 }
@@ -239,9 +247,9 @@ async fn send_batch(
         // no server deadline (`server.request_timeout_ms` is for unary calls).
         Err(status) if ran_past_deadline(&status) && batch.len() == 1 => {
             eprintln!(
-                "document {} ({:.2} MB) takes longer than the deadline alone; sending it as an upload stream, which has none",
+                "document {} ({}) takes longer than the deadline alone; sending it as an upload stream, which has none",
                 batch[0].id,
-                batch_bytes as f64 / 1e6
+                units::bytes(batch_bytes as u64)
             );
             client
                 .upload_documents(tokio_stream::iter([message()]))
@@ -273,26 +281,22 @@ fn batch_write_id(collection: &str, batch: &[proto::Document]) -> String {
     format!("lathe-ingest-{:016x}-{}", hasher.finish(), batch.len())
 }
 
-/// The closing line: what was stored, how fast, and the generation that makes it visible.
-fn print_ingest_summary(
+/// The closing line: `ingested 5 documents (12 sections, 3.40 KB) into docs in 0.52 s: 9.6
+/// documents/s, 6.54 KB/s`.
+fn ingest_summary(
     collection: &str,
     documents: usize,
     sections: u64,
-    generation: u64,
     progress: &Progress,
-) {
-    let seconds = progress.started.elapsed().as_secs_f64();
-    println!(
-        "ingested {} documents ({} sections, {:.1} MB) into {} in {:.2} s: {:.1} docs/s, {:.2} MB/s; visible at generation {}",
-        documents,
-        sections,
-        progress.total_bytes as f64 / 1e6,
-        collection,
-        seconds,
-        documents as f64 / seconds,
-        progress.total_bytes as f64 / 1e6 / seconds,
-        generation
-    );
+) -> String {
+    let elapsed = progress.started.elapsed();
+    format!(
+        "ingested {documents} documents ({sections} sections, {}) into {collection} in {}: {} documents/s, {}",
+        units::bytes(progress.total_bytes as u64),
+        units::duration(elapsed),
+        units::count_rate(documents as u64, elapsed),
+        units::rate(progress.total_bytes as u64, elapsed),
+    )
 }
 
 /// DEADLINE_EXCEEDED, or the CANCELLED "Timeout expired" that tonic's own timers answer when
