@@ -1,6 +1,8 @@
 //! `lathe eval` end to end on a tiny dataset: an in-process server over loopback gRPC, Lathe's
 //! strategies and a baseline, the run file, the table and the plot.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use lathe_tools::cli::{eval, EvalArgs};
@@ -115,6 +117,7 @@ async fn eval_runs_every_query_at_every_budget_and_writes_the_report() {
         keep_collections: false,
         reuse: None,
         section_tokens: None,
+        progress_seconds: 5.0,
         connect: Default::default(),
     })
     .await
@@ -162,4 +165,70 @@ async fn eval_runs_every_query_at_every_budget_and_writes_the_report() {
     }
     let svg = std::fs::read_to_string(out.join("recall.svg")).expect("svg");
     assert!(svg.contains("recursive-80-0"));
+}
+
+/// Run by a CI job or into a file, `lathe eval` says how its ingests go: a line every
+/// `--progress-seconds` and one when each upload ends (documents done of all, sizes, rates).
+#[test]
+fn eval_reports_ingest_progress_in_plain_lines_when_stderr_is_not_a_terminal() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dataset = dir.path().join("tiny");
+    std::fs::create_dir(&dataset).expect("mkdir");
+    write_dataset(&dataset);
+    let server = common::binary::start(
+        &dir.path().join("data"),
+        &[("LATHE_MODELS__DENSE", "off".to_string())],
+    );
+    let output = std::process::Command::new(common::binary::lathe_binary())
+        .arg("eval")
+        .arg(&dataset)
+        .args(["--addr", &server.address])
+        .arg("--models-dir")
+        .arg(models_dir())
+        .args([
+            "--budgets",
+            "64",
+            "--no-defaults",
+            "--strategies",
+            "sentence",
+        ])
+        .args([
+            "--baselines",
+            "recursive-80-0",
+            "--progress-seconds",
+            "0.05",
+        ])
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .output()
+        .expect("run lathe eval");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let progress: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("ingesting into "))
+        .collect();
+    // Lathe's collection and the baseline's each end with every document applied.
+    for collection in ["-lathe: ", "-recursive-80-0: "] {
+        let last = progress
+            .iter()
+            .rev()
+            .find(|line| line.contains(collection))
+            .unwrap_or_else(|| panic!("no progress of {collection}: {stderr}"));
+        let counts = last
+            .split("documents ")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|counts| counts.split_once('/'))
+            .unwrap_or_else(|| panic!("{last}"));
+        assert_eq!(counts.0, counts.1, "{last}");
+        assert!(last.ends_with(" documents/s"), "{last}");
+    }
+    assert!(
+        progress
+            .iter()
+            .any(|line| line.contains("-lathe: documents 3/3, ")),
+        "{stderr}"
+    );
+    common::binary::stop(server);
 }

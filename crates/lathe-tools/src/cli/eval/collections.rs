@@ -3,10 +3,12 @@
 //! each a document of one caller-given section; with `--reuse`, those already on the server.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use super::progress::{applied, watch, UploadProgress};
 use super::{EvalArgs, EvalInputs, System, SystemKind};
 use crate::client::{status_line, unique_collection_name, upload_in_batches};
 use crate::eval::splitter::RecursiveCharacterSplitter;
@@ -83,21 +85,46 @@ async fn create_collection(
     Ok(())
 }
 
-/// Streams `documents` in batches; returns (documents, sections, seconds).
+/// Streams `documents` in batches, reporting progress every `every` (see `progress`); returns
+/// (documents, sections, seconds).
 async fn upload(
     client: &mut crate::client::Client,
     collection: &str,
     documents: Vec<proto::Document>,
+    every: Duration,
 ) -> anyhow::Result<(u32, u32, f64)> {
     let started = Instant::now();
-    let response = upload_in_batches(client, collection, documents, UPLOAD_BATCH)
-        .await
-        .map_err(|s| anyhow::anyhow!("uploading to {collection}: {}", status_line(&s)))?;
+    let progress = UploadProgress {
+        collection: collection.to_string(),
+        total_documents: documents.len() as u64,
+        total_bytes: documents.iter().map(|d| d.text.len() as u64).sum(),
+        started,
+    };
+    let watcher = client.clone();
+    let response = tokio::select! {
+        response = upload_in_batches(client, collection, documents, UPLOAD_BATCH) => response,
+        never = watch(watcher, &progress, every) => match never {},
+    };
+    let response =
+        response.map_err(|s| anyhow::anyhow!("uploading to {collection}: {}", status_line(&s)))?;
+    if !std::io::stderr().is_terminal() {
+        if let Some((documents, bytes)) = applied(client, collection).await {
+            eprintln!("{}", progress.line(documents, bytes));
+        }
+    }
     Ok((
         response.documents,
         response.sections,
         started.elapsed().as_secs_f64(),
     ))
+}
+
+/// `--progress-seconds` as a duration.
+fn progress_interval(args: &EvalArgs) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(args.progress_seconds)
+        .ok()
+        .filter(|every| !every.is_zero())
+        .ok_or_else(|| anyhow::anyhow!("--progress-seconds must be above 0"))
 }
 
 fn baseline_names(args: &EvalArgs) -> Vec<String> {
@@ -143,7 +170,8 @@ pub(super) async fn ingest_collections(
             collections.created.push(collection.clone());
             let with_sections = args.ingest_as == "sections";
             let documents = inputs.dataset.proto_documents(with_sections);
-            let (docs, sections, seconds) = upload(client, &collection, documents).await?;
+            let every = progress_interval(args)?;
+            let (docs, sections, seconds) = upload(client, &collection, documents, every).await?;
             collections.notes.push(format!(
                 "Lathe collection: {docs} documents ingested as {} → {sections} sections in {seconds:.2} s.",
                 args.ingest_as
@@ -158,6 +186,8 @@ pub(super) async fn ingest_collections(
             create_collection(client, &collection, None).await?;
             collections.created.push(collection.clone());
         }
+        let every = progress_interval(args)?;
+        let upload_pieces = upload_pieces.then_some(every);
         let baseline = ingest_baseline(client, inputs, &name, collection, upload_pieces).await?;
         collections.notes.push(baseline.1);
         collections.systems.push(System {
@@ -213,14 +243,15 @@ fn baseline_piece_count(inputs: &EvalInputs, name: &str) -> anyhow::Result<usize
         .sum())
 }
 
-/// Splits every document into the baseline's pieces and, with `upload_pieces`, uploads each piece
-/// as a document of one caller-given section; returns the baseline and its note for the report.
+/// Splits every document into the baseline's pieces and, with `upload_pieces` (the interval of
+/// its progress lines), uploads each piece as a document of one caller-given section; returns
+/// the baseline and its note for the report.
 async fn ingest_baseline(
     client: &mut crate::client::Client,
     inputs: &EvalInputs,
     name: &str,
     collection: String,
-    upload_pieces: bool,
+    upload_pieces: Option<Duration>,
 ) -> anyhow::Result<(Baseline, String)> {
     let (chunk_size, chunk_overlap) = parse_baseline(name)?;
     let splitter = RecursiveCharacterSplitter::new(chunk_size, chunk_overlap);
@@ -253,8 +284,8 @@ async fn ingest_baseline(
         }
     }
     let piece_count = documents.len();
-    let indexed = if upload_pieces {
-        let (_, sections, seconds) = upload(client, &collection, documents).await?;
+    let indexed = if let Some(every) = upload_pieces {
+        let (_, sections, seconds) = upload(client, &collection, documents, every).await?;
         format!("indexed as {sections} caller-given sections in {seconds:.2} s")
     } else {
         format!("in {collection}, reused as it was")

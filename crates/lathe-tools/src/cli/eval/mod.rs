@@ -9,6 +9,7 @@
 mod collections;
 mod measure;
 mod output;
+mod progress;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -86,6 +87,10 @@ pub struct EvalArgs {
     /// Seed of the query sample.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Seconds between the progress lines of an ingest when stderr is not a terminal (on a
+    /// terminal: a progress bar).
+    #[arg(long, default_value_t = 5.0)]
+    pub progress_seconds: f64,
     /// Retrieve requests in flight at once.
     #[arg(long, default_value_t = 1)]
     pub concurrency: usize,
