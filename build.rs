@@ -8,9 +8,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/lathe/log");
     println!("cargo:rerun-if-changed=proto/lathe/queue");
     // Messages only: the log is read and written over NATS, the queue on disk; neither is served.
+    // Maps as BTreeMaps: their entries are encoded in key order, so one write always encodes to
+    // the same bytes (the queue's write hash, which a repeated `write_id` must match, is of those
+    // bytes; a HashMap's order differs from map to map).
     tonic_prost_build::configure()
         .build_server(false)
         .build_client(false)
+        .btree_map(".")
         .compile_protos(
             &[
                 "proto/lathe/log/v1/log.proto",

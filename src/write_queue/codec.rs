@@ -248,6 +248,34 @@ mod tests {
             QueuedWrite::Delete(ids) if ids == ["a", "b"]));
     }
 
+    /// The queue's write hash is of these bytes, and a repeated `write_id` must match it: a
+    /// write with several metadata entries encodes to the same bytes every time (maps in key
+    /// order), as `lathe ingest` run again sends each file's path, dir and ext.
+    #[test]
+    fn a_write_encodes_to_the_same_bytes_every_time_whatever_its_metadata() {
+        let write = || {
+            let metadata = (0..16)
+                .map(|i| (format!("key{i}"), format!("value{i}")))
+                .collect();
+            QueuedWrite::Upsert(vec![SectionedDocument {
+                document: DocumentInput {
+                    id: "d".into(),
+                    title: String::new(),
+                    text: "text".into(),
+                    format: DocumentFormat::Plain,
+                    metadata,
+                    sections: None,
+                },
+                text: "text".into(),
+                spans: vec![],
+            }])
+        };
+        let first = encode_write(&write());
+        for _ in 0..8 {
+            assert_eq!(encode_write(&write()), first);
+        }
+    }
+
     #[test]
     fn a_span_off_a_character_boundary_is_refused_not_trusted() {
         let mut document = encode_document(&SectionedDocument {
