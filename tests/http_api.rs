@@ -56,8 +56,13 @@ where
     let mut request = http::Request::builder()
         .method(method)
         .uri(path)
-        .header("host", "localhost")
-        .header("content-type", "application/json");
+        .header("host", "localhost");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+    {
+        request = request.header("content-type", "application/json");
+    }
     for (name, value) in headers {
         request = request.header(*name, *value);
     }

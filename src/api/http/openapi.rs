@@ -124,7 +124,8 @@ fn operation(route: &routes::Route, request: &DescriptorProto, input: &str, outp
         }));
     }
     let reference = |name: &str| json!({"$ref": format!("#/components/schemas/{name}")});
-    let file = json!({"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}});
+    let file =
+        json!({"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}});
     let answer = match route.reply {
         Reply::Message => json!({"application/json": {"schema": reference(output)}}),
         Reply::File => file.clone(),
@@ -316,7 +317,11 @@ mod tests {
             .unwrap();
         let routed: Vec<&str> = ROUTES.iter().map(|route| route.rpc.name()).collect();
         for method in &service.method {
-            assert!(routed.contains(&method.name()), "{} has no route", method.name());
+            assert!(
+                routed.contains(&method.name()),
+                "{} has no route",
+                method.name()
+            );
         }
         assert_eq!(routed.len(), service.method.len());
     }

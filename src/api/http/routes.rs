@@ -331,7 +331,10 @@ mod tests {
         );
         assert_eq!(
             matched(Method::POST, "/v1/collections/copy:restore"),
-            Some((Rpc::RestoreSnapshot, vec![("collection", "copy".to_string())]))
+            Some((
+                Rpc::RestoreSnapshot,
+                vec![("collection", "copy".to_string())]
+            ))
         );
         assert_eq!(
             matched(Method::POST, "/v1/aliases/live:switch"),
