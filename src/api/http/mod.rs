@@ -15,7 +15,6 @@
 mod json;
 mod openapi;
 mod routes;
-mod tls;
 
 pub use openapi::{HEALTH_PATH, OPENAPI_PATH};
 
@@ -52,7 +51,7 @@ pub struct HttpApi {
 pub fn spawn(
     listener: TcpListener,
     api: HttpApi,
-    tls: Option<&crate::config::TlsConfig>,
+    tls: Option<Arc<super::reload::Reloadable<tokio_rustls::rustls::ServerConfig>>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>> {
     let bound = listener
@@ -82,7 +81,7 @@ pub fn spawn(
             })
         }
         Some(config) => {
-            let listener = tls::TlsListener::new(listener, tls::server_config(config)?);
+            let listener = super::tls::TlsListener::new(listener, config);
             tokio::spawn(async move {
                 axum::serve(listener, router)
                     .with_graceful_shutdown(stopped)
