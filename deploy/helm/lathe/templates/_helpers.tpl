@@ -154,3 +154,12 @@ app.kubernetes.io/version: {{ $.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ $.Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" $.Chart.Name $.Chart.Version | replace "+" "_" }}
 {{- end -}}
+
+{{/* The pods' ServiceAccount (values.yaml, serviceAccount). */}}
+{{- define "lathe.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "lathe.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
