@@ -155,17 +155,18 @@ def check_dump(path: Path, metrics: dict[str, Metric]) -> None:
             fail(path.name, f"{name} is a {kind}; check_monitoring.py read it from src/ as a {metrics[name].kind}")
 
 
-def series_metric(name: str, metrics: dict[str, Metric]) -> tuple[Metric | None, set[str]]:
-    """The metric a series name belongs to, and the labels that series adds (le for buckets)."""
+def series_metric(name: str, metrics: dict[str, Metric]) -> tuple[str, Metric | None, set[str]]:
+    """The metric a series name belongs to (its name, None if unknown), and the labels that series
+    adds: le for a histogram's buckets (a histogram has no series of its own name)."""
     if name in metrics and metrics[name].kind != "histogram":
-        return metrics[name], set()
+        return name, metrics[name], set()
     for suffix, extra in (("_bucket", {"le"}), ("_sum", set()), ("_count", set())):
         base = name.removesuffix(suffix)
         if base != name and base in metrics and metrics[base].kind == "histogram":
-            return metrics[base], extra
+            return base, metrics[base], extra
     if name in EXTERNAL:
-        return Metric("external", EXTERNAL[name]), set()
-    return None, set()
+        return name, Metric("external", EXTERNAL[name]), set()
+    return name, None, set()
 
 
 # --- PromQL ----------------------------------------------------------------------------------
@@ -240,14 +241,13 @@ def check_expr(where: str, expr: str, metrics: dict[str, Metric], codes: set[str
     known_labels = set(TARGET_LABELS)
     used = set()
     for selector in selectors:
-        metric, extra = series_metric(selector.metric, metrics)
+        base, metric, extra = series_metric(selector.metric, metrics)
         if metric is None:
             fail(where, f"{selector.metric} is not a metric the server exports (src/) nor one of "
                         f"{sorted(EXTERNAL)}")
             continue
         if metric.kind != "external":
-            used.add(selector.metric.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
-                     if selector.metric not in metrics else selector.metric)
+            used.add(base)
         labels = metric.labels | extra | TARGET_LABELS
         known_labels |= labels
         for label, operator, value in selector.matchers:
@@ -327,8 +327,9 @@ def check_prometheus_rule(where: str, rule: dict, metrics: dict[str, Metric], co
         if not name or name in group_names:
             fail(where, f"group name {name!r} is empty or repeated")
         group_names.add(name)
-        if set(group) - {"name", "interval", "rules", "limit", "partial_response_strategy"}:
-            fail(where, f"group {name}: unknown keys {sorted(set(group) - {'name', 'interval', 'rules'})}")
+        unknown = set(group) - {"name", "interval", "rules", "limit", "partial_response_strategy"}
+        if unknown:
+            fail(where, f"group {name}: unknown keys {sorted(unknown)}")
         for entry in group.get("rules") or []:
             alert = entry.get("alert")
             at = f"{where} alert {alert}"
