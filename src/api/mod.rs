@@ -99,8 +99,8 @@ pub(crate) async fn serve_with_http(
     if !config.server.metrics_listen.is_empty() {
         spawn_metrics_server(
             &config.server.metrics_listen,
-            Arc::clone(&engine),
-            Arc::clone(&metrics),
+            (Arc::clone(&engine), Arc::clone(&metrics)),
+            health::checker(&health_reporter, &replica_readiness),
             stop_rx.clone(),
         )
         .await?;
@@ -309,10 +309,11 @@ async fn spawn_health_server(
 /// Serves `GET /metrics` in the Prometheus text format on its own port.
 async fn spawn_metrics_server(
     address: &str,
-    engine: Arc<Engine>,
-    metrics: Arc<Metrics>,
+    (engine, metrics): (Arc<Engine>, Arc<Metrics>),
+    health: health::ReadinessHealth,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
+    let health = Arc::new(health);
     let listener = TcpListener::bind(address)
         .await
         .map_err(|e| LatheError::io(format!("binding server.metrics_listen {address}"), e))?;
@@ -321,7 +322,9 @@ async fn spawn_metrics_server(
         axum::routing::get(move || {
             let engine = Arc::clone(&engine);
             let metrics = Arc::clone(&metrics);
+            let health = Arc::clone(&health);
             async move {
+                metrics.serving.set(i64::from(health.lathe_serving().await));
                 // Collection sizes are read at scrape time; a failed read leaves the last value.
                 tokio::task::spawn_blocking(move || {
                     engine.record_collection_metrics();
