@@ -10,9 +10,10 @@
 //! effect; no dense index). Each document's text is rebuilt from its sections and the whitespace
 //! stored between them, and its sections are given as they lie (code-point ranges, the heading
 //! path as the title), so an ingest of the line cuts the same sections at the same offsets.
-//! Whitespace Lathe does not store (before the first section, a gap over `MAX_GAP_BYTES`, after
-//! the last section) is filled with as many bytes and code points of whitespace, so offsets hold;
-//! the summary on stderr counts the documents where that happened.
+//! Whitespace Lathe does not store (before the first section, a gap over `MAX_GAP_BYTES`) is
+//! filled with as many bytes and code points of whitespace, so offsets hold; of the whitespace
+//! after the last section only the length is stored, written as line breaks. The summary on
+//! stderr counts the documents where either happened.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -69,8 +70,10 @@ struct Summary {
     documents: u64,
     sections: u64,
     text_bytes: u64,
-    /// Documents with whitespace Lathe does not store filled in.
-    filled: u64,
+    /// Documents with whitespace Lathe does not store before or between sections filled in.
+    filled_inside: u64,
+    /// Documents ending in whitespace of which only the length is stored.
+    trailing_assumed: u64,
 }
 
 /// Runs `lathe export`: the JSONL on stdout or in `--out`, the summary on stderr.
@@ -104,23 +107,39 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     index.shutdown();
     let summary = written?;
     eprintln!(
-        "exported {} documents ({} sections, {} bytes of text) of collection `{}` at generation {}{}",
+        "exported {} documents ({} sections, {} bytes of text) of collection `{}` at generation \
+         {}{}",
         summary.documents,
         summary.sections,
         summary.text_bytes,
         manifest.collection,
         manifest.generation,
-        if summary.filled == 0 {
-            String::new()
-        } else {
-            format!(
-                "; {} with whitespace Lathe does not store (before the first section, a gap over \
-                 64 bytes, after the last) filled in, keeping every offset",
-                summary.filled
-            )
-        },
+        summary.caveats(),
     );
     Ok(())
+}
+
+impl Summary {
+    /// What the texts may not hold exactly, when anything.
+    fn caveats(&self) -> String {
+        let mut caveats = String::new();
+        if self.filled_inside > 0 {
+            caveats.push_str(&format!(
+                "; in {} documents whitespace Lathe does not store (before the first section, a \
+                 gap over 64 bytes) was filled with as many bytes and code points: offsets hold, \
+                 those bytes may differ",
+                self.filled_inside
+            ));
+        }
+        if self.trailing_assumed > 0 {
+            caveats.push_str(&format!(
+                "; {} documents end in whitespace of which only the length is stored, written as \
+                 line breaks",
+                self.trailing_assumed
+            ));
+        }
+        caveats
+    }
 }
 
 /// A refusal to read the snapshot, in an exporter's words.
@@ -191,7 +210,8 @@ fn write_documents(index: &CollectionIndex, out: &mut impl Write) -> anyhow::Res
         summary.documents += 1;
         summary.sections += document.sections.len() as u64;
         summary.text_bytes += rebuilt.text.len() as u64;
-        summary.filled += u64::from(!rebuilt.exact);
+        summary.filled_inside += u64::from(rebuilt.filled_inside);
+        summary.trailing_assumed += u64::from(rebuilt.trailing_assumed);
         Ok(())
     });
     match (visited, failed) {
@@ -206,18 +226,21 @@ fn write_documents(index: &CollectionIndex, out: &mut impl Write) -> anyhow::Res
 struct Rebuilt {
     text: String,
     sections: Vec<JsonSection>,
-    /// False where whitespace Lathe does not store was filled in.
-    exact: bool,
+    /// Whitespace Lathe does not store, before or between sections, was filled in.
+    filled_inside: bool,
+    /// The text ends in whitespace of which only the length is stored.
+    trailing_assumed: bool,
 }
 
 /// Lays the sections out at their stored byte and code-point starts, with the gap each one
 /// stores after it where that fills the space before the next exactly, else whitespace of the
-/// same length ([`fill`]). The boundaries are counted in the text built, so they cut the stored
-/// section texts whatever the stored offsets say.
+/// same length ([`fill`]); after the last section, as many bytes as the document held, as line
+/// breaks in the document's own style (`\r\n` when a stored gap has one). The boundaries are
+/// counted in the text built, so they cut the stored section texts whatever the offsets say.
 fn rebuild(document: &StoredDocument) -> Rebuilt {
     let mut text = String::new();
     let mut chars = 0u64;
-    let mut exact = true;
+    let mut filled_inside = false;
     let mut gap_after_previous = "";
     let mut sections = Vec::with_capacity(document.sections.len());
     for section in &document.sections {
@@ -229,7 +252,7 @@ fn rebuild(document: &StoredDocument) -> Rebuilt {
                 text.push_str(gap);
                 chars += gap_chars;
             } else {
-                exact = false;
+                filled_inside = true;
                 chars += fill(&mut text, gap_bytes, gap_chars);
             }
         }
@@ -246,15 +269,20 @@ fn rebuild(document: &StoredDocument) -> Rebuilt {
     let trailing = document
         .text_bytes
         .map_or(0, |total| total.saturating_sub(text.len() as u64));
-    if trailing > 0 {
-        // Only its length is stored: newlines, the usual end of a file.
-        exact = false;
+    let crlf = document
+        .sections
+        .iter()
+        .any(|section| section.gap_after.contains("\r\n"));
+    if crlf && trailing.is_multiple_of(2) {
+        text.extend(std::iter::repeat_n("\r\n", trailing as usize / 2));
+    } else {
         fill(&mut text, trailing, trailing);
     }
     Rebuilt {
         text,
         sections,
-        exact,
+        filled_inside,
+        trailing_assumed: trailing > 0,
     }
 }
 
@@ -325,7 +353,7 @@ mod tests {
             text.len() as u64,
         ));
         assert_eq!(rebuilt.text, text);
-        assert!(rebuilt.exact);
+        assert!(!rebuilt.filled_inside && !rebuilt.trailing_assumed);
         assert_eq!(
             rebuilt.sections[1],
             JsonSection {
@@ -343,7 +371,7 @@ mod tests {
             vec![section(0, "a", "", (2, 1)), section(1, "b", "", (73, 72))],
             75,
         ));
-        assert!(!rebuilt.exact);
+        assert!(rebuilt.filled_inside && rebuilt.trailing_assumed);
         assert_eq!(rebuilt.text.len(), 75);
         assert_eq!(rebuilt.text.find('a'), Some(2));
         assert_eq!(rebuilt.text.find('b'), Some(73));
@@ -353,6 +381,23 @@ mod tests {
             (rebuilt.sections[1].start, rebuilt.sections[1].end),
             (72, 73)
         );
+    }
+
+    #[test]
+    fn a_document_ends_in_the_line_breaks_its_gaps_use() {
+        let sections = |gap: &str| {
+            vec![
+                section(0, "a", gap, (0, 0)),
+                section(1, "b", "", (1 + gap.len() as u64, 1 + gap.len() as u64)),
+            ]
+        };
+        let crlf = rebuild(&document(sections("\r\n\r\n"), 10));
+        assert_eq!(crlf.text, "a\r\n\r\nb\r\n\r\n");
+        assert!(crlf.trailing_assumed && !crlf.filled_inside);
+        let lf = rebuild(&document(sections("\n"), 4));
+        assert_eq!(lf.text, "a\nb\n");
+        let odd = rebuild(&document(sections("\r\n"), 7));
+        assert_eq!(odd.text, "a\r\nb\n\n\n");
     }
 
     #[test]

@@ -171,7 +171,10 @@ async fn an_exported_snapshot_ingested_elsewhere_answers_as_the_source() {
     assert!(ok, "export failed: {stderr}");
     assert!(stdout.is_empty(), "the JSONL went to --out: {stdout}");
     assert!(
-        stderr.contains("exported 4 documents") && stderr.contains("collection `docs`"),
+        stderr.contains("exported 4 documents")
+            && stderr.contains("collection `docs`")
+            && stderr.contains("1 documents end in whitespace")
+            && !stderr.contains("was filled"),
         "{stderr}"
     );
     // The same lines on stdout without --out.
