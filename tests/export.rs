@@ -1,9 +1,9 @@
 //! `lathe export` on the real binary: a snapshot of a collection (Markdown with nested headings,
-//! plain text, non-ASCII text, metadata, a deleted and an updated document) exported as JSONL
-//! holds exactly the live documents, each text byte for byte as it was upserted; that JSONL
-//! ingested with `lathe ingest` into a fresh collection on another server answers Retrieve with
-//! the source's chunks (texts and offsets). A snapshot cut short is refused naming the problem,
-//! and nothing is written.
+//! plain and non-ASCII text, HTML, metadata, a deleted and an updated document) exported as JSONL
+//! holds exactly the live documents, each text byte for byte as it was upserted (HTML as its
+//! extracted text); that JSONL ingested with `lathe ingest` into a fresh collection on another
+//! server answers Retrieve with the source's chunks (texts and offsets). A snapshot cut short is
+//! refused naming the problem, and nothing is written.
 //!
 //! `LATHE_TEST_BIN=/path/to/lathe cargo test --test export` runs it against another build.
 
@@ -16,7 +16,7 @@ use common::binary::{self, Server};
 use common::*;
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
-use proto::DocumentFormat::{Markdown, Plain};
+use proto::DocumentFormat::{Html, Markdown, Plain};
 use tonic::transport::Channel;
 
 type Client = LatheClient<Channel>;
@@ -26,16 +26,19 @@ fetch the granite package.\n\n# Usage\n\nStart the falcon daemon with a walnut c
 const NOTES: &str = "Orchard voltage readings, taken daily.\n\nThe copper river runs past the \
 quarry and the harbor meadow.";
 const CAFE: &str = "Café naïve über: a résumé of the meadow cipher.\n\nZephyr beacons — ünïcode.";
+const PAGE: &str = "<html><body><h1>Tundra</h1><p>The glacier moves <b>slowly</b>.</p>\
+<h2>Fauna</h2><p>Caribou cross the tundra glacier.</p></body></html>";
 const CHANGED_OLD: &str = "Old zephyr beacon text that is replaced.";
 const CHANGED_NEW: &str = "New saddle thimble text.\n\nA second paragraph about the zephyr.";
 
-const QUERIES: [&str; 6] = [
+const QUERIES: [&str; 7] = [
     "granite package apt",
     "lantern installer",
     "copper river quarry",
     "meadow cipher résumé",
     "saddle thimble zephyr",
     "falcon daemon walnut",
+    "caribou glacier tundra",
 ];
 
 fn variables() -> Vec<(&'static str, String)> {
@@ -132,7 +135,13 @@ async fn an_exported_snapshot_ingested_elsewhere_answers_as_the_source() {
     let gone = document("gone", "Deleted granite lantern text.", Plain);
     let changed = document("changed", CHANGED_OLD, Plain);
     let cafe = document("cafe", CAFE, Plain);
-    upsert(&mut client, "docs", vec![guide, notes, gone, changed, cafe]).await;
+    let page = document("page", PAGE, Html);
+    upsert(
+        &mut client,
+        "docs",
+        vec![guide, notes, gone, changed, cafe, page],
+    )
+    .await;
     upsert(
         &mut client,
         "docs",
@@ -171,7 +180,7 @@ async fn an_exported_snapshot_ingested_elsewhere_answers_as_the_source() {
     assert!(ok, "export failed: {stderr}");
     assert!(stdout.is_empty(), "the JSONL went to --out: {stdout}");
     assert!(
-        stderr.contains("exported 4 documents")
+        stderr.contains("exported 5 documents")
             && stderr.contains("collection `docs`")
             && stderr.contains("1 documents end in whitespace")
             && !stderr.contains("was filled"),
@@ -189,6 +198,7 @@ async fn an_exported_snapshot_ingested_elsewhere_answers_as_the_source() {
         .collect();
     let texts: BTreeMap<&str, &str> = lines
         .iter()
+        .filter(|line| line["id"] != "page")
         .map(|line| (line["id"].as_str().unwrap(), line["text"].as_str().unwrap()))
         .collect();
     assert_eq!(
@@ -202,6 +212,13 @@ async fn an_exported_snapshot_ingested_elsewhere_answers_as_the_source() {
         "exactly the live documents, each text byte for byte as upserted"
     );
     let line = |id: &str| lines.iter().find(|line| line["id"] == id).unwrap();
+    // HTML comes out as the text Lathe extracted from it, which its offsets refer to.
+    let page = line("page")["text"].as_str().unwrap();
+    assert!(
+        page.contains("The glacier moves slowly.") && !page.contains('<'),
+        "{page}"
+    );
+    assert_eq!(line("page")["format"], "plain");
     assert_eq!(
         line("guide")["metadata"],
         serde_json::json!({"team": "docs"})
