@@ -7,12 +7,12 @@
 //!   `lathe serve` on a port-0 loopback listener, with `--addr` added, and must succeed; or it is
 //!   on [`NOT_RUN`] with the reason. A command that is neither fails the test, and so does an
 //!   entry of `NOT_RUN` that no command needs.
-//! - A `text` block right after an `sh` block is the output of that block's last command, and a
-//!   comment ``# prints `X` `` is its command's. The real output must have the sample's shape:
-//!   each number of the sample stands for any number, `...` inside a line for any text, and a line
-//!   of only `...` for any lines; everything else must be there, line by line. So a sample cannot
-//!   go stale (the README once showed `57 tokens` and `score 2.476` long after the build printed
-//!   other numbers).
+//! - A `text` (or plain) block right after an `sh` block is the output of that block's last
+//!   command, and a comment ``# prints `X` `` is its command's. The real output must have the
+//!   sample's shape: each number of the sample stands for any number, `...` inside a line for any
+//!   text, and a line of only `...` for any lines; everything else must be there, line by line.
+//!   So a sample cannot go stale (the README once showed `57 tokens` and `score 2.476` long after
+//!   the build printed other numbers).
 //! - The configuration tables (README.md's and docs/configuration.md's) name keys of
 //!   deploy/lathe.toml, the embedded default, and give their defaults as it does; the full
 //!   reference has a row for every key.
@@ -418,9 +418,28 @@ fn has_shape_of(sample: &str, output: &str) -> bool {
 
 #[test]
 fn a_sample_matches_by_its_shape_and_nothing_else() {
-    // The sample the README showed before this test, against what the build printed then.
-    let stale = "#1 Super_Bowl_50#0 [] score 2.476 (bm25 6.97, section 1.00, dense 0.69) · 57 tokens · bytes 0..312 · chars 0..310 · CHUNK_STRATEGY_SENTENCE\nSuper Bowl 50 was an American football game ...\n...\n6 chunks, 256 / 256 tokens, generation 1011, cache miss; embed 8142 µs, ...";
-    let printed = "#1 Super_Bowl_50#0 [] score 2.497 (bm25 8.22, section 1.00, dense 0.69) · 157 tokens · bytes 0..777 · chars 0..775 · CHUNK_STRATEGY_SENTENCE\nSuper Bowl 50 was an American football game to determine the champion.\n\n#2 Super_Bowl_50#22 [] score -0.5 (bm25 7.88, section 0.98, dense 0.54) · 28 tokens\nIn their only other Super Bowl win.\n\n6 chunks, 256 / 256 tokens, generation 1011, cache miss; embed 8142 µs, coarse 6509 µs";
+    // A sample with the numbers of an older build (the README's before this test) against what
+    // today's build prints.
+    let stale = [
+        "#1 Super_Bowl_50#0 [] score 2.476 (bm25 6.97, section 1.00, dense 0.69) · 57 tokens · \
+         bytes 0..312 · chars 0..310 · CHUNK_STRATEGY_SENTENCE",
+        "Super Bowl 50 was an American football game ...",
+        "...",
+        "6 chunks, 256 / 256 tokens, generation 1011, cache miss; embed 8142 µs, ...",
+    ]
+    .join("\n");
+    let printed = [
+        "#1 Super_Bowl_50#0 [] score 2.497 (bm25 8.22, section 1.00, dense 0.69) · 157 tokens · \
+         bytes 0..777 · chars 0..775 · CHUNK_STRATEGY_SENTENCE",
+        "Super Bowl 50 was an American football game to determine the champion.",
+        "",
+        "#2 Super_Bowl_50#22 [] score -0.5 (bm25 7.88, section 0.98, dense 0.54) · 28 tokens",
+        "In their only other Super Bowl win.",
+        "",
+        "6 chunks, 256 / 256 tokens, generation 1011, cache miss; embed 8142 µs, coarse 6509 µs",
+    ]
+    .join("\n");
+    let (stale, printed) = (stale.as_str(), printed.as_str());
     assert!(has_shape_of(stale, printed));
     // Other words, or other punctuation, are another shape.
     assert!(!has_shape_of(
@@ -453,7 +472,31 @@ fn a_sample_matches_by_its_shape_and_nothing_else() {
 
 #[test]
 fn commands_are_read_from_sh_blocks_and_classified() {
-    let markdown = "text\n\n```sh\n# a comment\n./scripts/fetch-models.sh && cargo run --release -- serve\nlathe alias switch a b   # prints `a -> b`\nlathe query -c c \"who? # not a comment\" \\\n   --budget 8\ngrpcurl -d '{\"a\": 1,\n  \"b\": 2}' host/Rpc\nmake all\n```\n\n```text\nout\n```\n\nprose\n```text\nnot after\n```\n";
+    let markdown = [
+        "text",
+        "",
+        "```sh",
+        "# a comment",
+        "./scripts/fetch-models.sh && cargo run --release -- serve",
+        "lathe alias switch a b   # prints `a -> b`",
+        "lathe query -c c \"who? # not a comment\" \\",
+        "   --budget 8",
+        "grpcurl -d '{\"a\": 1,",
+        "  \"b\": 2}' host/Rpc",
+        "make all",
+        "```",
+        "",
+        "```text",
+        "out",
+        "```",
+        "",
+        "prose",
+        "```text",
+        "not after",
+        "```",
+    ]
+    .join("\n");
+    let markdown = markdown.as_str();
     let blocks = fenced_blocks(markdown);
     assert_eq!(blocks.len(), 3);
     assert!(blocks[1].right_after_previous && !blocks[2].right_after_previous);
@@ -680,7 +723,7 @@ fn the_readmes_commands_run_and_print_what_it_shows() {
         }
         let sample = blocks
             .get(index + 1)
-            .filter(|next| next.right_after_previous && next.info == "text")
+            .filter(|next| next.right_after_previous && matches!(next.info.as_str(), "" | "text"))
             .map(|next| next.lines.join("\n"));
         let lines = command_lines(block);
         for (line_index, line) in lines.iter().enumerate() {
@@ -689,6 +732,11 @@ fn the_readmes_commands_run_and_print_what_it_shows() {
                 match step(command) {
                     Step::Serve => {}
                     Step::NotRun(prefix) => {
+                        let reason = NOT_RUN.iter().find(|(p, _)| *p == prefix).map(|(_, r)| r);
+                        eprintln!(
+                            "not run: `{command}` ({})",
+                            reason.expect("a listed reason")
+                        );
                         used.insert(prefix);
                     }
                     Step::Unknown => unknown.push(command.clone()),
