@@ -28,7 +28,9 @@ Catches config rot that a schema cannot see:
     nats/cluster/monitor as configured, /healthz probes on the monitor port, JetStream's store on a
     volumeClaimTemplate with max_file_store below its request, max_payload at most 64 MB, a grace
     period covering lame-duck mode, and a PodDisruptionBudget that keeps a majority up; a
-    NetworkPolicy on NATS pods lets in the Lathe pods that use them and the routes between them.
+    NetworkPolicy on NATS pods lets in the Lathe pods that use them and the routes between them;
+  * a HorizontalPodAutoscaler scales a StatefulSet of the render that leaves replicas to it, whose
+    containers request the resource it targets, and a Lathe one only in replicated mode.
 Prints a notice for each planned key (metrics, TLS, API keys) that the server now has, so the
 commented-out lines in the manifests get switched on. Exit status 1 on any failure.
 """
@@ -134,7 +136,7 @@ def container_env(container: dict) -> dict[str, str]:
 
 
 def check_statefulset(where: str, statefulset: dict, configmaps: dict[str, dict], defaults: dict,
-                      clusters: list[NatsCluster]) -> NatsCluster | None:
+                      clusters: list[NatsCluster], autoscaled: int = 0) -> NatsCluster | None:
     """Checks a Lathe StatefulSet; returns the rendered NATS cluster it replicates through."""
     pod = statefulset["spec"]["template"]
     spec = pod["spec"]
@@ -214,7 +216,7 @@ def check_statefulset(where: str, statefulset: dict, configmaps: dict[str, dict]
                     f"+ drain {drain_seconds}s")
 
     from_refs = {v["name"] for v in container.get("env") or [] if "valueFrom" in v}
-    return check_replication(where, statefulset, container, merged, from_refs, clusters)
+    return check_replication(where, statefulset, container, merged, from_refs, clusters, autoscaled)
 
 
 def selects(selector: dict, labels: dict) -> bool:
@@ -242,14 +244,17 @@ def probe_seconds(probe: dict) -> int:
 
 
 def check_replication(where: str, statefulset: dict, container: dict, merged: dict,
-                      from_refs: set[str], clusters: list[NatsCluster]) -> NatsCluster | None:
-    """Replicated mode of a Lathe StatefulSet: returns the rendered NATS cluster it uses."""
+                      from_refs: set[str], clusters: list[NatsCluster], autoscaled: int = 0) -> NatsCluster | None:
+    """Replicated mode of a Lathe StatefulSet (autoscaled: the maxReplicas of a
+    HorizontalPodAutoscaler scaling it): returns the rendered NATS cluster it uses."""
     replication = merged.get("replication") or {}
     url = str(replication.get("nats_url", "")).strip()
     replicas = statefulset["spec"].get("replicas", 1)
     if not url and NATS_URL_VARIABLE not in from_refs:
-        if replicas > 1:
-            fail(where, f"replicas {replicas} without replication.nats_url: each pod would hold only "
+        if max(replicas, autoscaled) > 1:
+            count = (f"replicas {replicas}" if replicas >= autoscaled
+                     else f"a HorizontalPodAutoscaler up to {autoscaled} replicas")
+            fail(where, f"{count} without replication.nats_url: each pod would hold only "
                         "the writes it took (a single node keeps replicas 1; see deploy/README.md)")
         return None
     startup = container.get("startupProbe") or {}
@@ -507,6 +512,32 @@ def check_disruption_budgets(where: str, budgets: list[dict], statefulsets: list
                     "the majority JetStream needs")
 
 
+def check_autoscalers(where: str, autoscalers: list[dict], statefulsets: list[dict]) -> dict[str, int]:
+    """Each HorizontalPodAutoscaler scales a StatefulSet of the render, which leaves its replicas
+    to it; returns the maxReplicas of each StatefulSet scaled."""
+    by_name = {s["metadata"]["name"]: s for s in statefulsets}
+    scaled: dict[str, int] = {}
+    for autoscaler in autoscalers:
+        name, spec = autoscaler["metadata"]["name"], autoscaler["spec"]
+        at = f"{where} horizontalpodautoscaler/{name}"
+        target = spec["scaleTargetRef"]
+        statefulset = by_name.get(target["name"]) if target.get("kind") == "StatefulSet" else None
+        if statefulset is None:
+            fail(at, f"scales {target.get('kind')}/{target['name']}, which the render lacks")
+            continue
+        scaled[target["name"]] = spec["maxReplicas"]
+        if spec.get("minReplicas", 1) > spec["maxReplicas"]:
+            fail(at, f"minReplicas {spec['minReplicas']} is above maxReplicas {spec['maxReplicas']}")
+        if "replicas" in statefulset["spec"]:
+            fail(at, f"statefulset/{target['name']} sets replicas: each apply would undo the autoscaler's count")
+        resources = {m["resource"]["name"] for m in spec.get("metrics", []) if m.get("type") == "Resource"}
+        for container in statefulset["spec"]["template"]["spec"]["containers"]:
+            for resource in sorted(resources):
+                if resource not in ((container.get("resources") or {}).get("requests") or {}):
+                    fail(at, f"targets {resource} utilization, and container {container['name']} requests no {resource}")
+    return scaled
+
+
 def load_configs(path: Path, documents: list[dict], defaults: dict) -> tuple[dict, dict]:
     """The render's lathe.toml files (by ConfigMap name) and nats.conf files (by ConfigMap, key)."""
     configmaps: dict[str, dict] = {}
@@ -549,8 +580,11 @@ def check_render(path: Path, defaults: dict) -> None:
     if not lathe_sets:
         fail(path.name, "no Lathe StatefulSet")
     clusters = [c for c in (check_nats_statefulset(path.name, s, nats_confs, services) for s in nats_sets) if c]
+    autoscaled = check_autoscalers(path.name, [d for d in documents if d["kind"] == "HorizontalPodAutoscaler"],
+                                   statefulsets)
     users = [(s, c) for s in lathe_sets
-             if (c := check_statefulset(path.name, s, configmaps, defaults, clusters)) is not None]
+             if (c := check_statefulset(path.name, s, configmaps, defaults, clusters,
+                                        autoscaled.get(s["metadata"]["name"], 0))) is not None]
     used = {c.name for _, c in users}
     for cluster in clusters:
         if cluster.name not in used:

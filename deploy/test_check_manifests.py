@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Shows that check_manifests.py's replication and NATS checks catch what they claim to.
+"""Shows that check_manifests.py's replication, NATS and autoscaler checks catch what they claim to.
 
     test_check_manifests.py DEFAULT_TOML RENDERED_DIR     (run by deploy/validate.sh)
 
@@ -151,6 +151,19 @@ class ReplicationChecks(unittest.TestCase):
             find(documents, "NetworkPolicy", "nats")["spec"]["ingress"][0]["ports"] = [{"port": "nats"}]
         self.assert_caught(routes, "blocks the cluster routes")
 
+    def test_autoscaler(self) -> None:
+        render = "helm-all-features.yaml"
+        self.assert_caught(lambda d: set_env(d, "LATHE_REPLICATION__NATS_URL", None),
+                           "a HorizontalPodAutoscaler up to 6 replicas without replication.nats_url", render)
+        self.assert_caught(lambda d: find(d, "StatefulSet", "lathe")["spec"].__setitem__("replicas", 3),
+                           "each apply would undo the autoscaler's count", render)
+        self.assert_caught(lambda d: find(d, "HorizontalPodAutoscaler", "lathe")["spec"]["scaleTargetRef"]
+                           .__setitem__("name", "lathe-server"), "which the render lacks", render)
+
+        def no_cpu_request(documents: list[dict]) -> None:
+            del lathe_container(documents)["resources"]["requests"]["cpu"]
+        self.assert_caught(no_cpu_request, "requests no cpu", render)
+
 
 def main(arguments: list[str]) -> int:
     global DEFAULTS, RENDERED
@@ -165,7 +178,7 @@ def main(arguments: list[str]) -> int:
     if not result.wasSuccessful():
         print(report.getvalue(), file=sys.stderr)
         return 1
-    print(f"check_manifests: {result.testsRun} tests of the replication and NATS checks passed")
+    print(f"check_manifests: {result.testsRun} tests of the replication, NATS and autoscaler checks passed")
     return 0
 
 

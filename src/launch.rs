@@ -116,18 +116,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Raises the soft open-file limit to the hard one and says what it is; warns when it is below
-/// what the README asks for (each connection holds a descriptor).
+/// Raises the soft open-file limit to the hard one and says what it is (whether it is enough
+/// is judged once the collections are open: `incoming::check_open_file_room`).
 fn log_open_file_limit() {
-    use crate::api::incoming::{raise_open_file_limit, RECOMMENDED_OPEN_FILE_LIMIT};
-    match raise_open_file_limit() {
-        Ok((before, now)) if now < RECOMMENDED_OPEN_FILE_LIMIT => tracing::warn!(
-            open_file_limit = now,
-            soft_limit_before = before,
-            recommended = RECOMMENDED_OPEN_FILE_LIMIT,
-            "the open file limit is low: each client connection and each collection holds \
-             descriptors; raise `ulimit -n` (see README, File descriptors)"
-        ),
+    match crate::api::incoming::raise_open_file_limit() {
         Ok((before, now)) => {
             tracing::info!(
                 open_file_limit = now,

@@ -20,7 +20,8 @@
 //!   chunking at query time, token offsets and the budget tokenizers.
 //! - Leaves usable by any layer: `content_hash`, `cpu_pool`, [`config`], [`error`], [`types`],
 //!   `telemetry` (the crate's own: only what a test, a bench or the binary names is `pub`).
-//! - [`launch`]: what `lathe serve` runs; [`dense_recall`]: the hidden `lathe dense-recall`.
+//! - [`launch`]: what `lathe serve` runs; [`dense_recall`]: the hidden `lathe dense-recall`;
+//!   [`export`]: `lathe export`, a snapshot file's documents as JSONL.
 //!
 //! The client side (`lathe ingest`/`query`/`eval`, the benchmark programs) is the `lathe-tools`
 //! crate, which reaches this one only over gRPC.
@@ -33,6 +34,7 @@ pub mod dense;
 pub mod dense_recall;
 pub mod embed;
 pub mod error;
+pub mod export;
 pub mod index;
 pub mod ingest;
 pub mod launch;

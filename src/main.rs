@@ -1,6 +1,6 @@
-//! The `lathe` binary: `serve` (this crate), and the client subcommands `ingest`, `query`, `ops`,
-//! `snapshot`, `restore`, `collections`, `alias`, `health` and `eval` (the tools crate, over
-//! gRPC).
+//! The `lathe` binary: `serve` and `export` (this crate), and the client subcommands `ingest`,
+//! `query`, `ops`, `snapshot`, `restore`, `collections`, `alias`, `health` and `eval` (the tools
+//! crate, over gRPC).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -82,6 +82,9 @@ enum Command {
     Health(cli::HealthArgs),
     /// Evaluate retrieval quality and latency on a dataset (docs.jsonl, queries.jsonl) over gRPC.
     Eval(cli::EvalArgs),
+    /// Write a snapshot file's documents as JSONL that `lathe ingest` reads (offline, no server):
+    /// how a replicated deployment is seeded from a snapshot.
+    Export(lathe::export::ExportArgs),
     /// Recall@10 of a stopped server's dense index against exact search (run by lathe-bench).
     #[command(hide = true)]
     DenseRecall(lathe::dense_recall::DenseRecallArgs),
@@ -138,6 +141,7 @@ fn main() -> ExitCode {
             Command::Alias(args) => cli::alias(args).await,
             Command::Health(args) => cli::health(args).await,
             Command::Eval(args) => cli::eval(args).await,
+            Command::Export(args) => lathe::export::run(args),
             Command::DenseRecall(args) => lathe::dense_recall::run(args),
         }
     });

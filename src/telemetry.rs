@@ -48,6 +48,8 @@ pub struct Metrics {
     pub replication: ReplicationMetrics,
     /// The single node's write queue: depth and age (read at scrape time), what was applied.
     pub write_queue: WriteQueueMetrics,
+    /// 1 while `lathe.v1.Lathe`'s health answers SERVING (read at scrape time).
+    pub serving: IntGauge,
 }
 
 /// The write queue (single node).
@@ -458,6 +460,14 @@ impl Metrics {
             inference: InferenceMetrics::register(&registry),
             replication: ReplicationMetrics::register(&registry),
             write_queue: WriteQueueMetrics::register(&registry),
+            serving: register(
+                &registry,
+                IntGauge::new(
+                    "serving",
+                    "1 while lathe.v1.Lathe's health answers SERVING (loaded, not draining, a replica within replication.max_lag_seconds), else 0",
+                )
+                .expect("static metric"),
+            ),
             registry,
         }
     }

@@ -116,6 +116,8 @@ const RULE: &[(&str, &[&str])] = &[
     // `lathe dense-recall`: opens a stopped server's index to measure the dense leg's recall
     // against exact search (embeds the query texts, builds one graph with the index's distance).
     ("dense_recall", &[ERROR, "dense", "embed", "index", "types"]),
+    // `lathe export`: opens a snapshot file's index to write its documents out as JSONL.
+    ("export", &[ERROR, "index"]),
 ];
 
 /// Modules below the edge: they must not name tonic or prost (proto types and tonic stay in
@@ -129,6 +131,7 @@ const BELOW_THE_EDGE: &[&str] = &[
     "dense",
     "embed",
     "dense_recall",
+    "export",
     "types",
     "config",
     "cpu_pool",
@@ -141,9 +144,12 @@ const BELOW_THE_EDGE: &[&str] = &[
 const KNOWN_VIOLATIONS: &[(&str, &str, &str)] = &[];
 
 /// The binary: `main.rs` is the `lathe` front end: `serve` (`launch`, `config`), the hidden
-/// `dense-recall`, and the tools crate's client subcommands. The benchmark programs are the tools
+/// `dense-recall` and `export`, and the tools crate's client subcommands. The benchmark programs are the tools
 /// crate's, which Cargo keeps from the server.
-const BINARY_RULE: &[(&str, &[&str])] = &[("src/main.rs", &["launch", "config", "dense_recall"])];
+const BINARY_RULE: &[(&str, &[&str])] = &[(
+    "src/main.rs",
+    &["launch", "config", "dense_recall", "export"],
+)];
 
 /// The one file of `src/` that may name the tools crate (the package depends on it for the
 /// `lathe` binary's client subcommands, so Cargo alone would let the library name it too).

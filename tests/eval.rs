@@ -163,7 +163,7 @@ async fn eval_runs_every_query_at_every_budget_and_writes_the_report() {
         assert!(fill > 0.0 && fill < 1.0, "fill rate in `{row}`");
         assert!(spans >= 1.0, "spans in `{row}`");
     }
-    let svg = std::fs::read_to_string(out.join("recall.svg")).expect("svg");
+    let svg = std::fs::read_to_string(out.join("budgets.svg")).expect("svg");
     assert!(svg.contains("recursive-80-0"));
 }
 

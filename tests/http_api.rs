@@ -1,5 +1,5 @@
-//! The HTTP/JSON API (`server.http_listen`) through real HTTP/1.1 requests: every routed RPC in
-//! the proto3 JSON mapping, retrieve equal to gRPC's and to `lathe query --json`, the bad-input
+//! The HTTP/JSON API (`server.http_listen`) through real HTTP/1.1 requests: every RPC in the
+//! proto3 JSON mapping (a snapshot file's download and restore as its bytes), retrieve equal to gRPC's and to `lathe query --json`, the bad-input
 //! table's rows (docs/bad-input.md) as HTTP codes with gRPC's messages naming the field, API keys,
 //! health, the OpenAPI document, the README's curl lines, TLS from the gRPC port's certificate,
 //! and the port off by default.
@@ -21,6 +21,7 @@ struct Answer {
     code: u16,
     headers: http::HeaderMap,
     json: Value,
+    bytes: Bytes,
 }
 
 /// One request over a fresh HTTP/1.1 connection (TLS when `tls` is given).
@@ -55,8 +56,13 @@ where
     let mut request = http::Request::builder()
         .method(method)
         .uri(path)
-        .header("host", "localhost")
-        .header("content-type", "application/json");
+        .header("host", "localhost");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+    {
+        request = request.header("content-type", "application/json");
+    }
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
@@ -78,6 +84,7 @@ where
         code,
         headers,
         json,
+        bytes,
     }
 }
 
@@ -110,7 +117,7 @@ fn http_config(config: &mut lathe::config::Config) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_routed_rpc_answers_over_http_and_retrieve_matches_lathe_query_json() {
+async fn every_rpc_answers_over_http_and_retrieve_matches_lathe_query_json() {
     Fixture::lexical()
         .config(http_config)
         .run(|served| async move {
@@ -124,7 +131,7 @@ async fn every_routed_rpc_answers_over_http_and_retrieve_matches_lathe_query_jso
                 .map(|operation| operation["operationId"].as_str().unwrap())
                 .collect();
             operations.sort_unstable();
-            assert_eq!(operations.len(), 19, "{operations:?}");
+            assert_eq!(operations.len(), 21, "{operations:?}");
 
             let created = ok(post(http, "/v1/collections", json!({"name": "docs"})).await);
             assert_eq!(created["name"], "docs");
@@ -200,6 +207,33 @@ async fn every_routed_rpc_answers_over_http_and_retrieve_matches_lathe_query_jso
             let name = snapshot["name"].as_str().unwrap().to_string();
             let listed = ok(get(http, "/v1/snapshots?collection=docs").await);
             assert_eq!(listed["snapshots"][0]["name"], name.as_str());
+            let file = get(http, &format!("/v1/collections/docs/snapshots/{name}:download")).await;
+            assert_eq!(file.code, 200, "{file:?}");
+            assert_eq!(file.headers["content-type"], "application/octet-stream");
+            assert_eq!(snapshot["bytes"].as_str().unwrap(), file.bytes.len().to_string());
+            assert_eq!(file.headers["content-length"].to_str().unwrap(), file.bytes.len().to_string());
+            let bytes_header = [("content-type", "application/octet-stream")];
+            let restored = ok(send(http, "POST", "/v1/collections/copy:restore", &bytes_header, file.bytes.clone()).await);
+            assert_eq!((&restored["collection"]["name"], &restored["sourceCollection"]), (&json!("copy"), &json!("docs")));
+            let kept = json!({"snapshotCollection": "docs", "snapshotName": name});
+            let restored = ok(post(http, "/v1/collections/kept:restore", kept).await);
+            assert_eq!(restored["generation"], snapshot["generation"]);
+            let question = json!({"query": "lathe chisel", "tokenBudget": 512});
+            let mut source = ok(post(http, "/v1/collections/docs:retrieve", question.clone()).await);
+            for copy in ["copy", "kept"] {
+                let mut answer = ok(post(http, &format!("/v1/collections/{copy}:retrieve"), question.clone()).await);
+                for reply in [&mut source, &mut answer] {
+                    let object = reply.as_object_mut().unwrap();
+                    object.remove("timings");
+                    object.remove("cacheHit");
+                }
+                assert_eq!(answer, source, "{copy} answers as docs did");
+            }
+            let mut cut = file.bytes.to_vec();
+            cut.truncate(cut.len() / 2);
+            let damaged = send(http, "POST", "/v1/collections/cut:restore", &bytes_header, cut).await;
+            refused(&damaged, 500, 15, &["snapshot"]);
+            refused(&get(http, "/v1/collections/cut").await, 404, 5, &["cut"]);
             ok(send(http, "DELETE", &format!("/v1/collections/docs/snapshots/{name}"), &[], Bytes::new()).await);
             refused(&send(http, "DELETE", &format!("/v1/collections/docs/snapshots/{name}"), &[], Bytes::new()).await, 404, 5, &[&name]);
 

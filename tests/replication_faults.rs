@@ -74,8 +74,10 @@ async fn a_nats_stall_is_recovered_within_seconds_and_replicas_that_cannot_read_
     let ids: Vec<String> = (0..20).map(|doc| format!("doc{doc}")).collect();
     assert_eq!(present(&mut b.client, "c", &ids, token).await.len(), 20);
 
+    assert_eq!(metric(&a, "lathe_serving"), 1.0);
     binary::signal(nats.pid(), "-STOP");
-    // Neither can read the log: once they have not for max_lag_seconds, they stop vouching.
+    // Neither can read the log: once they have not for max_lag_seconds, they stop vouching, and
+    // their metrics say so (an alert needs no kube-state-metrics).
     for replica in [&a, &b] {
         until_health(
             replica,
@@ -83,6 +85,7 @@ async fn a_nats_stall_is_recovered_within_seconds_and_replicas_that_cannot_read_
             Duration::from_secs(MAX_LAG + 5),
         )
         .await;
+        assert_eq!(metric(replica, "lathe_serving"), 0.0);
     }
     // Reads are still answered, from what each holds.
     assert_eq!(present(&mut b.client, "c", &ids, 0).await.len(), 20);

@@ -1,6 +1,8 @@
 //! TLS (rows 57 to 60 of docs/bad-input.md): a client that trusts another CA, a client
 //! certificate from another CA or none under mutual TLS, and plaintext to the TLS port are all
-//! refused, and the server keeps serving good clients.
+//! refused, and the server keeps serving good clients; a renewed certificate and a changed API
+//! keys file are used without a restart; the CLI reaches a TLS server (API key, mutual TLS) through
+//! its flags.
 
 mod common;
 
@@ -51,6 +53,32 @@ async fn tls_client(
     trusted_ca: &str,
     identity: Option<&(String, String)>,
 ) -> Result<proto::ListCollectionsResponse, String> {
+    let channel = tls_channel(address, trusted_ca, identity).await?;
+    list_with_key(&channel, None).await
+}
+
+/// ListCollections on `channel`, with `authorization: Bearer <key>` when a key is given.
+async fn list_with_key(
+    channel: &Channel,
+    key: Option<&str>,
+) -> Result<proto::ListCollectionsResponse, String> {
+    let mut request = tonic::Request::new(proto::ListCollectionsRequest {});
+    if let Some(key) = key {
+        let value = format!("Bearer {key}").parse().unwrap();
+        request.metadata_mut().insert("authorization", value);
+    }
+    LatheClient::new(channel.clone())
+        .list_collections(request)
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(|status| format!("call: {status:?}"))
+}
+
+async fn tls_channel(
+    address: std::net::SocketAddr,
+    trusted_ca: &str,
+    identity: Option<&(String, String)>,
+) -> Result<Channel, String> {
     use tonic::transport::{Certificate, ClientTlsConfig, Identity};
     let mut tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(trusted_ca))
@@ -58,7 +86,7 @@ async fn tls_client(
     if let Some((certificate, key)) = identity {
         tls = tls.identity(Identity::from_pem(certificate, key));
     }
-    let channel = Channel::from_shared(format!("https://{address}"))
+    Channel::from_shared(format!("https://{address}"))
         .unwrap()
         .tls_config(tls)
         .unwrap()
@@ -66,12 +94,7 @@ async fn tls_client(
         .timeout(Duration::from_secs(5))
         .connect()
         .await
-        .map_err(|error| format!("connect: {error:?}"))?;
-    LatheClient::new(channel)
-        .list_collections(proto::ListCollectionsRequest {})
-        .await
-        .map(tonic::Response::into_inner)
-        .map_err(|status| format!("call: {status:?}"))
+        .map_err(|error| format!("connect: {error:?}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -435,6 +458,87 @@ async fn the_cli_presents_its_certificate_to_a_server_that_requires_one() {
             error.contains("needs both --tls-cert and --tls-key"),
             "{error}"
         );
+        server.stop().await.expect("the server stops cleanly");
+    })
+    .await
+    .expect("the test ends within TEST_LIMIT");
+}
+
+/// cert-manager renews a certificate in place and an operator edits the API keys file: new
+/// connections get the new certificate and calls the new keys within
+/// `server.reload_interval_ms`, connections already open keep working, and a broken file (a
+/// renewal half written) keeps the previous one in use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_certificate_and_changed_api_keys_are_used_without_a_restart() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let old_ca = TestCa::new("lathe test ca, this year");
+        let new_ca = TestCa::new("lathe test ca, next year");
+        let client_ca = TestCa::new("lathe test client ca");
+        let identity = client_ca.leaf(&["client"]);
+        // As a Secret volume is updated: the new bytes appear at once under the same name.
+        let replace = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            let staged = dir.path().join(format!(".{name}.new"));
+            std::fs::write(&staged, text).unwrap();
+            std::fs::rename(&staged, &path).unwrap();
+            path.to_string_lossy().into_owned()
+        };
+        let (certificate, key) = old_ca.leaf(&["localhost"]);
+        let mut config = lexical_config(&dir.path().join("data"));
+        config.tls.cert_file = replace("tls.crt", &certificate);
+        config.tls.key_file = replace("tls.key", &key);
+        config.tls.client_ca_file = replace("client-ca.pem", &client_ca.pem);
+        config.auth.api_keys_file = replace("keys", "read-write old-key\n");
+        config.server.reload_interval_ms = 100;
+        let server = InProcessServer::spawn(config)
+            .await
+            .expect("the server starts");
+        let address = server.address();
+        let open = until_ready(|| tls_channel(address, &old_ca.pem, Some(&identity))).await;
+        list_with_key(&open, Some("old-key")).await.expect("served");
+
+        let (certificate, key) = new_ca.leaf(&["localhost"]);
+        replace("tls.crt", &certificate);
+        replace("tls.key", &key);
+        replace("keys", "read-write new-key\n");
+        let renewed = until_ready(|| async {
+            let channel = tls_channel(address, &new_ca.pem, Some(&identity)).await?;
+            list_with_key(&channel, Some("new-key"))
+                .await
+                .map(|_| channel)
+        })
+        .await;
+
+        let error = tls_channel(address, &old_ca.pem, Some(&identity))
+            .await
+            .and(Err::<(), _>("connected".to_string()))
+            .unwrap_err();
+        assert!(
+            error.contains("UnknownIssuer"),
+            "new connections get the new certificate: {error}"
+        );
+        let error = list_with_key(&renewed, Some("old-key")).await.unwrap_err();
+        assert!(
+            error.contains("Unauthenticated"),
+            "the old key is gone: {error}"
+        );
+        list_with_key(&open, Some("new-key"))
+            .await
+            .expect("a connection opened before the renewal keeps working");
+
+        // A renewal half written: the key does not match the certificate, then the certificate
+        // is not PEM. Both are refused and the certificate in use stays.
+        replace("tls.key", &new_ca.leaf(&["localhost"]).1);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        replace("tls.crt", "not a certificate");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let channel = tls_channel(address, &new_ca.pem, Some(&identity))
+            .await
+            .expect("the previous certificate is still served");
+        list_with_key(&channel, Some("new-key"))
+            .await
+            .expect("served");
         server.stop().await.expect("the server stops cleanly");
     })
     .await

@@ -15,6 +15,7 @@ use super::convert;
 use super::deadline::deadline;
 use super::proto;
 use super::proto::lathe_server::Lathe;
+use super::reload::Reloadable;
 use super::status::oversized_to_resource_exhausted;
 
 use crate::error::LatheError;
@@ -27,7 +28,7 @@ pub struct GrpcAdapter {
     /// Requests in flight; beyond the limit, requests are shed rather than queued.
     in_flight: Arc<Semaphore>,
     max_concurrent: usize,
-    keys: Option<Arc<ApiKeys>>,
+    keys: Option<Arc<Reloadable<ApiKeys>>>,
     metrics: Arc<Metrics>,
     /// Deadline of unary calls whose client sets none (or a longer one).
     request_timeout: Duration,
@@ -69,7 +70,7 @@ impl GrpcAdapter {
     pub fn new(
         service: Arc<Engine>,
         max_concurrent: usize,
-        keys: Option<Arc<ApiKeys>>,
+        keys: Option<Arc<Reloadable<ApiKeys>>>,
         metrics: Arc<Metrics>,
         request_timeout: Duration,
     ) -> Self {
@@ -99,7 +100,7 @@ impl GrpcAdapter {
             status
         };
         if let Some(keys) = &self.keys {
-            keys.check(metadata, access, rpc).map_err(rejected)?;
+            keys.get().check(metadata, access, rpc).map_err(rejected)?;
         }
         let permit = Arc::clone(&self.in_flight)
             .try_acquire_owned()

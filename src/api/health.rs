@@ -49,6 +49,17 @@ pub(super) struct ReadinessHealth {
     replica: ReplicaReadiness,
 }
 
+impl ReadinessHealth {
+    /// Whether `lathe.v1.Lathe` answers SERVING now, as a probe would be told.
+    pub(super) async fn lathe_serving(&self) -> bool {
+        let service = <LatheService as tonic::server::NamedService>::NAME.to_string();
+        let answer = self
+            .check(Request::new(HealthCheckRequest { service }))
+            .await;
+        answer.is_ok_and(|answer| answer.get_ref().status == ServingStatus::Serving as i32)
+    }
+}
+
 #[tonic::async_trait]
 impl Health for ReadinessHealth {
     async fn check(

@@ -132,9 +132,32 @@ impl Stream for BackoffIncoming {
     }
 }
 
-/// Open file descriptors a deployment should allow (`ulimit -n`): see the README's "File
-/// descriptors" section for the arithmetic.
-pub const RECOMMENDED_OPEN_FILE_LIMIT: u64 = 65_536;
+/// Warns when the open-file limit leaves too little room for what was configured: the
+/// collections just opened hold the descriptors in use now, their merges and new segments may open
+/// as many again, and each of up to `connections` clients holds one (the README's "File
+/// descriptors" arithmetic). Says nothing on a machine whose limit is enough, however low.
+pub fn check_open_file_room(connections: usize) {
+    let (Some(limit), Some(in_use)) = (open_file_limit(), open_descriptors()) else {
+        return;
+    };
+    let needed = 2 * in_use + connections as u64;
+    if limit < needed {
+        tracing::warn!(
+            open_file_limit = limit,
+            in_use,
+            needed,
+            "the open file limit leaves too little room: the collections hold {in_use} descriptors \
+             (merges may open as many again) and each client connection holds one; raise \
+             `ulimit -n` (see README, File descriptors)"
+        );
+    }
+}
+
+/// Descriptors this process holds now (Linux's `/proc/self/fd`), if they can be counted.
+fn open_descriptors() -> Option<u64> {
+    let entries = std::fs::read_dir("/proc/self/fd").ok()?;
+    Some(entries.count() as u64)
+}
 
 /// The soft limit on open file descriptors (`ulimit -n`), if it can be read.
 pub fn open_file_limit() -> Option<u64> {

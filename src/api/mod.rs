@@ -11,8 +11,10 @@ mod health;
 mod http;
 mod in_process;
 pub(crate) mod incoming;
+mod reload;
 mod snapshots;
 mod status;
+mod tls;
 mod upload;
 
 pub use in_process::InProcessServer;
@@ -25,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 
 use crate::config::Config;
 use crate::error::{LatheError, Result};
@@ -80,9 +82,10 @@ pub(crate) async fn serve_with_http(
 
     let metrics = Arc::new(Metrics::new());
     let engine = open_engine(&config, &metrics).await?;
+    incoming::check_open_file_room(config.server.max_concurrent_requests);
     engine.start_writes();
     engine.start_replication().await?;
-    let adapter = Arc::new(grpc_adapter(&config, &engine, &metrics)?);
+    let adapter = Arc::new(grpc_adapter(&config, &engine, &metrics, &stop_rx)?);
     let lathe = LatheServer::from_arc(Arc::clone(&adapter))
         .max_decoding_message_size(config.limits.max_message_bytes)
         .max_encoding_message_size(config.limits.max_message_bytes);
@@ -96,14 +99,28 @@ pub(crate) async fn serve_with_http(
     if !config.server.metrics_listen.is_empty() {
         spawn_metrics_server(
             &config.server.metrics_listen,
-            Arc::clone(&engine),
-            Arc::clone(&metrics),
+            (Arc::clone(&engine), Arc::clone(&metrics)),
+            health::checker(&health_reporter, &replica_readiness),
             stop_rx.clone(),
         )
         .await?;
     }
 
-    let builder = server_builder(&config)?;
+    // Read (and checked) before serving: a bad file fails the start, a bad renewal is ignored.
+    let reload = Duration::from_millis(config.server.reload_interval_ms);
+    let grpc_tls = match config.tls.enabled() {
+        true => Some(tls::reloading(&config.tls, b"h2", reload, stop_rx.clone())?),
+        false => None,
+    };
+    let http_tls = match (config.tls.enabled(), &http_listener) {
+        (true, Some(_)) => Some(tls::reloading(
+            &config.tls,
+            b"http/1.1",
+            reload,
+            stop_rx.clone(),
+        )?),
+        _ => None,
+    };
     // Set when the drain starts: from then on health stays NOT_SERVING.
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
     health::report_ready(&engine, &health_reporter, &draining, &replica_readiness).await;
@@ -131,10 +148,14 @@ pub(crate) async fn serve_with_http(
                 health,
                 max_message_bytes: config.limits.max_message_bytes,
             };
-            Some(spawn_http(&config, http_listener, api, http_stop_rx)?)
+            Some(http::spawn(http_listener, api, http_tls, http_stop_rx)?)
         }
     };
-    let server = builder
+    // No server-wide timeout: tonic's would cut long client-streaming uploads and answer
+    // CANCELLED. Unary calls get `server.request_timeout_ms` (or the client's shorter
+    // grpc-timeout) in the adapter; a client's grpc-timeout on any call is answered with
+    // DEADLINE_EXCEEDED by `deadline::ClientDeadlineLayer`.
+    let router = Server::builder()
         .layer(tower::util::MapResponseLayer::new(
             status::rewrite_oversized_response,
         ))
@@ -142,11 +163,20 @@ pub(crate) async fn serve_with_http(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_v1alpha)
-        .add_service(lathe)
-        // Our own accept loop: TCP_NODELAY on every socket (`serve_with_incoming` ignores
-        // `Server::tcp_nodelay`), and a pause instead of a busy loop when the process is out of
-        // file descriptors (see `incoming`).
-        .serve_with_incoming_shutdown(incoming::BackoffIncoming::new(listener, "main"), signal);
+        .add_service(lathe);
+    // Our own accept loops: TCP_NODELAY on every socket (`serve_with_incoming` ignores
+    // `Server::tcp_nodelay`), a pause instead of a busy loop when the process is out of file
+    // descriptors (see `incoming`), and TLS from the files as they are now (see `tls`).
+    let server: std::pin::Pin<Box<dyn Future<Output = _> + Send>> = match grpc_tls {
+        None => Box::pin(router.serve_with_incoming_shutdown(
+            incoming::BackoffIncoming::new(listener, "main"),
+            signal,
+        )),
+        Some(tls) => Box::pin(router.serve_with_incoming_shutdown(
+            tls::TlsListener::new(listener, tls).into_incoming(),
+            signal,
+        )),
+    };
     let served = async move {
         let result = server.await;
         if let Some(http_server) = http_server {
@@ -168,20 +198,6 @@ pub(crate) async fn serve_with_http(
     Ok(())
 }
 
-/// The server with TLS when configured. No server-wide timeout: tonic's would cut long
-/// client-streaming uploads and answer CANCELLED. Unary calls get `server.request_timeout_ms` (or
-/// the client's shorter grpc-timeout) in the adapter, answered with DEADLINE_EXCEEDED; a client's
-/// grpc-timeout on any call is answered with DEADLINE_EXCEEDED by `deadline::ClientDeadlineLayer`.
-fn server_builder(config: &Config) -> Result<Server> {
-    let builder = Server::builder();
-    if !config.tls.enabled() {
-        return Ok(builder);
-    }
-    builder
-        .tls_config(tls_config(&config.tls)?)
-        .map_err(|e| LatheError::invalid("tls", format!("cannot configure TLS: {e}")))
-}
-
 /// Opens the engine (data-dir lock, models, every collection) off the async threads.
 async fn open_engine(config: &Config, metrics: &Arc<Metrics>) -> Result<Arc<Engine>> {
     let engine = tokio::task::spawn_blocking({
@@ -194,28 +210,29 @@ async fn open_engine(config: &Config, metrics: &Arc<Metrics>) -> Result<Arc<Engi
     Ok(Arc::new(engine))
 }
 
-/// The HTTP/JSON API `api` on `listener`, with the gRPC port's TLS; it stops accepting when
-/// `stop` turns true.
-fn spawn_http(
-    config: &Config,
-    listener: TcpListener,
-    api: http::HttpApi,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<tokio::task::JoinHandle<()>> {
-    let tls = config.tls.enabled().then_some(&config.tls);
-    http::spawn(listener, api, tls, stop)
-}
-
 /// The handlers over `engine`, shared by the gRPC and HTTP ports: API keys, the concurrency
 /// limit and deadlines of `config`.
 fn grpc_adapter(
     config: &Config,
     engine: &Arc<Engine>,
     metrics: &Arc<Metrics>,
+    stop: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<GrpcAdapter> {
     let keys = match config.auth.api_keys_file.as_str() {
         "" => None,
-        path => Some(Arc::new(auth::ApiKeys::load(std::path::Path::new(path))?)),
+        path => {
+            let path = std::path::PathBuf::from(path);
+            let interval = Duration::from_millis(config.server.reload_interval_ms);
+            let files = vec![path.clone()];
+            let load = move || auth::ApiKeys::load(&path);
+            Some(reload::watch_files(
+                "auth.api_keys_file",
+                files,
+                interval,
+                stop.clone(),
+                load,
+            )?)
+        }
     };
     Ok(GrpcAdapter::new(
         Arc::clone(engine),
@@ -255,25 +272,6 @@ fn drain_signals(
     (signal, drain_deadline)
 }
 
-fn tls_config(tls: &crate::config::TlsConfig) -> Result<ServerTlsConfig> {
-    let read = |path: &str, field: &str| {
-        std::fs::read(path)
-            .map_err(|e| LatheError::invalid(field, format!("cannot read {path}: {e}")))
-    };
-    let identity = Identity::from_pem(
-        read(&tls.cert_file, "tls.cert_file")?,
-        read(&tls.key_file, "tls.key_file")?,
-    );
-    let mut config = ServerTlsConfig::new().identity(identity);
-    if !tls.client_ca_file.is_empty() {
-        config = config.client_ca_root(Certificate::from_pem(read(
-            &tls.client_ca_file,
-            "tls.client_ca_file",
-        )?));
-    }
-    Ok(config)
-}
-
 /// Serves only `grpc.health.v1.Health`, in plaintext, on its own port: the kubelet's gRPC probe
 /// cannot speak TLS. It shares the main server's reporter, so it reports the same statuses.
 async fn spawn_health_server(
@@ -311,10 +309,11 @@ async fn spawn_health_server(
 /// Serves `GET /metrics` in the Prometheus text format on its own port.
 async fn spawn_metrics_server(
     address: &str,
-    engine: Arc<Engine>,
-    metrics: Arc<Metrics>,
+    (engine, metrics): (Arc<Engine>, Arc<Metrics>),
+    health: health::ReadinessHealth,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
+    let health = Arc::new(health);
     let listener = TcpListener::bind(address)
         .await
         .map_err(|e| LatheError::io(format!("binding server.metrics_listen {address}"), e))?;
@@ -323,7 +322,9 @@ async fn spawn_metrics_server(
         axum::routing::get(move || {
             let engine = Arc::clone(&engine);
             let metrics = Arc::clone(&metrics);
+            let health = Arc::clone(&health);
             async move {
+                metrics.serving.set(i64::from(health.lathe_serving().await));
                 // Collection sizes are read at scrape time; a failed read leaves the last value.
                 tokio::task::spawn_blocking(move || {
                     engine.record_collection_metrics();

@@ -6,8 +6,10 @@
 
 use std::io::Read;
 
+use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::Access;
@@ -77,10 +79,20 @@ impl GrpcAdapter {
         &self,
         request: Request<proto::DownloadSnapshotRequest>,
     ) -> Result<Response<DownloadStream>, Status> {
+        let (stream, _) = self.download(request).await?;
+        Ok(Response::new(stream))
+    }
+
+    /// The snapshot file's bytes as a stream of messages, and its length (the HTTP port's
+    /// `Content-Length`).
+    pub(super) async fn download(
+        &self,
+        request: Request<proto::DownloadSnapshotRequest>,
+    ) -> Result<(DownloadStream, u64), Status> {
         let call = self.admit("DownloadSnapshot", Access::Read, request.metadata())?;
         let proto::DownloadSnapshotRequest { collection, name } = request.into_inner();
         let opened = self.service.open_snapshot(&collection, &name).await;
-        let (mut file, _) = call.finish(opened.map_err(Status::from))?;
+        let (mut file, length) = call.finish(opened.map_err(Status::from))?;
         let (sender, receiver) = mpsc::channel(CHANNEL_MESSAGES);
         tokio::task::spawn_blocking(move || {
             let mut buffer = vec![0; CHUNK_BYTES];
@@ -101,23 +113,36 @@ impl GrpcAdapter {
                 }
             }
         });
-        Ok(Response::new(ReceiverStream::new(receiver)))
+        Ok((ReceiverStream::new(receiver), length))
     }
 
     pub(super) async fn restore_snapshot_call(
         &self,
         request: Request<Streaming<proto::RestoreSnapshotRequest>>,
     ) -> Result<Response<proto::RestoreSnapshotResponse>, Status> {
-        let call = self.admit("RestoreSnapshot", Access::Write, request.metadata())?;
-        let result = self.restore(request.into_inner()).await;
+        let (metadata, _, messages) = request.into_parts();
+        let messages = messages.map(|message| message.map_err(oversized_to_resource_exhausted));
+        self.restore_from(&metadata, messages).await
+    }
+
+    /// The restore of `messages`, as gRPC's stream or the HTTP port's body brings them,
+    /// admitted with `metadata`.
+    pub(super) async fn restore_from(
+        &self,
+        metadata: &MetadataMap,
+        messages: impl Stream<Item = Result<proto::RestoreSnapshotRequest, Status>>,
+    ) -> Result<Response<proto::RestoreSnapshotResponse>, Status> {
+        let call = self.admit("RestoreSnapshot", Access::Write, metadata)?;
+        let result = self.restore(messages).await;
         call.finish(result.map(|restored| Response::new(restored_to_proto(restored))))
     }
 
     async fn restore(
         &self,
-        mut stream: Streaming<proto::RestoreSnapshotRequest>,
+        messages: impl Stream<Item = Result<proto::RestoreSnapshotRequest, Status>>,
     ) -> Result<Restored, Status> {
-        let Some(first) = next(&mut stream).await? else {
+        let mut stream = std::pin::pin!(messages);
+        let Some(first) = stream.next().await.transpose()? else {
             return Err(LatheError::invalid("collection", "the call sent no message").into());
         };
         let proto::RestoreSnapshotRequest {
@@ -131,7 +156,7 @@ impl GrpcAdapter {
                 .service
                 .open_snapshot(&snapshot_collection, &snapshot_name)
                 .await?;
-            if !data.is_empty() || next(&mut stream).await?.is_some() {
+            if !data.is_empty() || stream.next().await.transpose()?.is_some() {
                 return Err(LatheError::invalid(
                     "data",
                     "must be empty when snapshot_name names a snapshot this server keeps",
@@ -159,7 +184,7 @@ impl GrpcAdapter {
                 if !data.is_empty() && sender.send(Ok(data)).await.is_err() {
                     return; // The restore ended (refused): the rest is not needed.
                 }
-                match next(&mut stream).await {
+                match stream.next().await.transpose() {
                     Ok(Some(message)) => data = message.data,
                     Ok(None) => return,
                     Err(status) => {
@@ -173,15 +198,6 @@ impl GrpcAdapter {
         let (restored, ()) = tokio::join!(restoring, feeding);
         Ok(restored?)
     }
-}
-
-async fn next(
-    stream: &mut Streaming<proto::RestoreSnapshotRequest>,
-) -> Result<Option<proto::RestoreSnapshotRequest>, Status> {
-    stream
-        .message()
-        .await
-        .map_err(oversized_to_resource_exhausted)
 }
 
 /// Fills `buffer` as far as the file goes; 0 at its end.

@@ -26,6 +26,9 @@ pub struct ServerConfig {
     pub request_timeout_ms: u64,
     /// Time given to in-flight requests after SIGTERM (milliseconds).
     pub drain_timeout_ms: u64,
+    /// How often the TLS files and the API keys file are checked for changes (milliseconds):
+    /// changed files are served from the next connection or call, without a restart. 0 = never.
+    pub reload_interval_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -39,6 +42,7 @@ impl Default for ServerConfig {
             max_concurrent_requests: 256,
             request_timeout_ms: 30_000,
             drain_timeout_ms: 20_000,
+            reload_interval_ms: 10_000,
         }
     }
 }

@@ -52,12 +52,12 @@ pub use crate::dense::{
     SEARCH_WAIT_SECONDS as DENSE_SEARCH_WAIT_SECONDS, TIER_MERGE_FACTOR as DENSE_TIER_MERGE_FACTOR,
 };
 pub use catalog::{
-    is_valid_collection_name, lock, AliasChange, Catalog, CollectionEntry, DataDirLock, Fault,
-    FaultKind, FaultedCollection, OpenCollection, SnapshotInfo, SnapshotManifest, StoredSettings,
-    TakenSnapshot,
+    extract_snapshot, is_valid_collection_name, lock, AliasChange, Catalog, CollectionEntry,
+    DataDirLock, Fault, FaultKind, FaultedCollection, OpenCollection, SnapshotInfo,
+    SnapshotManifest, StoredSettings, TakenSnapshot,
 };
 pub use collection::{
     dense_dir, gap_after, integrity, schema, section_key, storage, writer_pool, CollectionIndex,
     CollectionWriterPool, DocumentRecord, FoundSection, SectionHit, SectionRecord, Snapshot,
-    StoredEmbedding, WriteOp, WriterSettings, MAX_GAP_BYTES,
+    StoredDocument, StoredDocumentSection, StoredEmbedding, WriteOp, WriterSettings, MAX_GAP_BYTES,
 };

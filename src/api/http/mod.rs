@@ -1,8 +1,8 @@
-//! The HTTP/JSON API (`server.http_listen`): every unary RPC of `lathe.v1.Lathe` and the
-//! document upload at routes under `/v1/` (`routes`; a snapshot file's download and upload, byte
-//! streams, stay gRPC's), `/v1/health`, its messages in the proto3 JSON mapping (serde generated from the proto by
-//! `pbjson`, in `lathe-proto`), and the OpenAPI document derived from the proto at
-//! `/v1/openapi.json` (`openapi`).
+//! The HTTP/JSON API (`server.http_listen`): every RPC of `lathe.v1.Lathe` at a route under
+//! `/v1/` (`routes`; the document upload as newline-delimited JSON, a snapshot file's download
+//! and restore as its bytes), `/v1/health`, its messages in the proto3 JSON mapping (serde
+//! generated from the proto by `pbjson`, in `lathe-proto`), and the OpenAPI document derived from
+//! the proto at `/v1/openapi.json` (`openapi`).
 //!
 //! A request is not served beside gRPC but through it: its headers become the call's metadata
 //! and the generated `Lathe` trait of the same `GrpcAdapter` answers it, so API keys, the
@@ -15,7 +15,6 @@
 mod json;
 mod openapi;
 mod routes;
-mod tls;
 
 pub use openapi::{HEALTH_PATH, OPENAPI_PATH};
 
@@ -52,7 +51,7 @@ pub struct HttpApi {
 pub fn spawn(
     listener: TcpListener,
     api: HttpApi,
-    tls: Option<&crate::config::TlsConfig>,
+    tls: Option<Arc<super::reload::Reloadable<tokio_rustls::rustls::ServerConfig>>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>> {
     let bound = listener
@@ -82,7 +81,7 @@ pub fn spawn(
             })
         }
         Some(config) => {
-            let listener = tls::TlsListener::new(listener, tls::server_config(config)?);
+            let listener = super::tls::TlsListener::new(listener, config);
             tokio::spawn(async move {
                 axum::serve(listener, router)
                     .with_graceful_shutdown(stopped)
@@ -225,6 +224,11 @@ async fn dispatch(
         let reply = adapter.upload(&metadata, messages).await?;
         return Ok(json::reply(reply.get_ref()));
     }
+    if route.body == routes::Body::File && !is_json(&metadata) {
+        let messages = snapshot_file(body, parameters);
+        let reply = adapter.restore_from(&metadata, messages).await?;
+        return Ok(json::reply(reply.get_ref()));
+    }
     let body = read_body(body, api.max_message_bytes).await?;
     let query = query.filter(|_| route.body == routes::Body::None);
     let object = json::request_object(&body, &parameters, query)?;
@@ -247,8 +251,74 @@ async fn dispatch(
         Rpc::CreateSnapshot => call.run(|r| adapter.create_snapshot(r)).await,
         Rpc::ListSnapshots => call.run(|r| adapter.list_snapshots(r)).await,
         Rpc::DeleteSnapshot => call.run(|r| adapter.delete_snapshot(r)).await,
+        Rpc::DownloadSnapshot => download(adapter, call).await,
+        Rpc::RestoreSnapshot => {
+            let message = json::decode(call.object)?;
+            let messages = futures::stream::iter([Ok(message)]);
+            let reply = adapter.restore_from(&call.metadata, messages).await?;
+            Ok(json::reply(reply.get_ref()))
+        }
         Rpc::UploadDocuments => Err(LatheError::internal("the upload route reads lines").into()),
     }
+}
+
+/// Whether the request says its body is JSON (anything else on a file route is the file).
+fn is_json(metadata: &MetadataMap) -> bool {
+    metadata
+        .get("content-type")
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.trim_start().starts_with("application/json"))
+}
+
+/// A snapshot file's bytes as one `application/octet-stream` body of its length, named as the
+/// server keeps it. A read failing midway ends the body short of that length, which an HTTP
+/// client reports.
+async fn download(adapter: &GrpcAdapter, call: Call) -> std::result::Result<Response, Status> {
+    let message: proto::DownloadSnapshotRequest = json::decode(call.object)?;
+    let name = message.name.clone();
+    let request = tonic::Request::from_parts(call.metadata, tonic::Extensions::default(), message);
+    let (chunks, length) = adapter.download(request).await?;
+    let bytes = chunks.map(|chunk| {
+        chunk
+            .map(|chunk| axum::body::Bytes::from(chunk.data))
+            .map_err(|status| std::io::Error::other(status.message().to_string()))
+    });
+    let disposition = format!("attachment; filename=\"{}\"", name.replace('"', ""));
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::CONTENT_LENGTH, length.to_string()),
+            (header::CONTENT_DISPOSITION, disposition),
+        ],
+        Body::from_stream(bytes),
+    )
+        .into_response())
+}
+
+/// A restore's body as its messages: the first names the collection (from the path) with the
+/// file's first bytes, each next one carries the bytes as they arrive.
+fn snapshot_file(
+    body: Body,
+    parameters: Vec<(&'static str, String)>,
+) -> impl Stream<Item = std::result::Result<proto::RestoreSnapshotRequest, Status>> {
+    let collection = parameters
+        .into_iter()
+        .find(|(name, _)| *name == "collection")
+        .map(|(_, value)| value)
+        .unwrap_or_default();
+    let first = proto::RestoreSnapshotRequest {
+        collection,
+        ..Default::default()
+    };
+    let chunks = body.into_data_stream().map(|chunk| {
+        chunk
+            .map(|data| proto::RestoreSnapshotRequest {
+                data: data.to_vec(),
+                ..Default::default()
+            })
+            .map_err(|error| Status::cancelled(format!("reading the request body: {error}")))
+    });
+    futures::stream::iter([Ok(first)]).chain(chunks)
 }
 
 /// A unary call's metadata and its message's JSON.

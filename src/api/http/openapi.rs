@@ -10,7 +10,7 @@ use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto};
 use serde_json::{json, Map, Value};
 
-use super::routes::{self, Body, ROUTES};
+use super::routes::{self, Body, Reply, ROUTES};
 use crate::error::{LatheError, Result};
 
 /// Where the document is served.
@@ -86,8 +86,8 @@ fn build(file: &FileDescriptorProto) -> Result<Value> {
         "info": {
             "title": "Lathe HTTP/JSON API",
             "version": "v1",
-            "description": "The collection, document, operation and retrieve RPCs of lathe.v1.Lathe \
-                in the proto3 JSON mapping, derived from \
+            "description": "Every RPC of lathe.v1.Lathe in the proto3 JSON mapping (a snapshot \
+                file's download and restore as application/octet-stream), derived from \
                 proto/lathe/v1/lathe.proto. Errors are google.rpc.Status in JSON with the HTTP \
                 code of their gRPC code. A client's deadline: `grpc-timeout` or \
                 `x-lathe-timeout-ms`.",
@@ -124,11 +124,17 @@ fn operation(route: &routes::Route, request: &DescriptorProto, input: &str, outp
         }));
     }
     let reference = |name: &str| json!({"$ref": format!("#/components/schemas/{name}")});
+    let file =
+        json!({"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}});
+    let answer = match route.reply {
+        Reply::Message => json!({"application/json": {"schema": reference(output)}}),
+        Reply::File => file.clone(),
+    };
     let mut operation = json!({
         "operationId": route.rpc.name(),
         "parameters": parameters,
         "responses": {
-            "200": {"description": "OK", "content": {"application/json": {"schema": reference(output)}}},
+            "200": {"description": "OK", "content": answer},
             "default": {"description": "An error", "content": {"application/json": {"schema": reference("Status")}}},
         },
     });
@@ -142,6 +148,15 @@ fn operation(route: &routes::Route, request: &DescriptorProto, input: &str, outp
                 "required": true,
                 "description": "newline-delimited JSON: one message per line, each a write of its own",
                 "content": {"application/x-ndjson": {"schema": reference(input)}},
+            });
+        }
+        Body::File => {
+            let mut content = file;
+            content["application/json"] = json!({"schema": reference(input)});
+            operation["requestBody"] = json!({
+                "required": true,
+                "description": "the snapshot file's bytes, or as JSON the snapshot this server keeps",
+                "content": content,
             });
         }
     }
@@ -285,5 +300,29 @@ mod tests {
         );
         let get = &document["paths"]["/v1/collections/{name}"]["get"];
         assert_eq!(get["parameters"][0]["in"], "path");
+        let download =
+            &document["paths"]["/v1/collections/{collection}/snapshots/{name}:download"]["get"];
+        assert!(download["responses"]["200"]["content"]["application/octet-stream"].is_object());
+    }
+
+    #[test]
+    fn every_rpc_of_the_service_has_a_route() {
+        let set = prost_types::FileDescriptorSet::decode(super::super::proto::FILE_DESCRIPTOR_SET)
+            .unwrap();
+        let service = set
+            .file
+            .iter()
+            .flat_map(|file| &file.service)
+            .find(|service| service.name() == "Lathe")
+            .unwrap();
+        let routed: Vec<&str> = ROUTES.iter().map(|route| route.rpc.name()).collect();
+        for method in &service.method {
+            assert!(
+                routed.contains(&method.name()),
+                "{} has no route",
+                method.name()
+            );
+        }
+        assert_eq!(routed.len(), service.method.len());
     }
 }

@@ -1,7 +1,7 @@
-//! The HTTP/JSON routes: one per unary RPC of `lathe.v1.Lathe` and the document upload (the
-//! snapshot file's download and upload, byte streams, stay gRPC's), in the style of `google.api.http`
+//! The HTTP/JSON routes: one per RPC of `lathe.v1.Lathe`, in the style of `google.api.http`
 //! (resource paths, custom methods after a colon), matched here rather than by a router so that
-//! `{collection}:retrieve` and the OpenAPI document come from this one table.
+//! `{collection}:retrieve` and the OpenAPI document come from this one table. The streaming RPCs
+//! take or give HTTP's own streams: the upload newline-delimited JSON, a snapshot file its bytes.
 
 use http::Method;
 
@@ -26,6 +26,8 @@ pub enum Rpc {
     CreateSnapshot,
     ListSnapshots,
     DeleteSnapshot,
+    DownloadSnapshot,
+    RestoreSnapshot,
 }
 
 impl Rpc {
@@ -50,6 +52,8 @@ impl Rpc {
             Rpc::CreateSnapshot => "CreateSnapshot",
             Rpc::ListSnapshots => "ListSnapshots",
             Rpc::DeleteSnapshot => "DeleteSnapshot",
+            Rpc::DownloadSnapshot => "DownloadSnapshot",
+            Rpc::RestoreSnapshot => "RestoreSnapshot",
         }
     }
 }
@@ -63,6 +67,19 @@ pub enum Body {
     Message,
     /// A client-streaming call: newline-delimited JSON, one request message per line.
     Lines,
+    /// A snapshot file's bytes (`application/octet-stream`), or, as JSON, the request message
+    /// naming a snapshot the server keeps.
+    File,
+}
+
+/// What a route answers with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// The reply message as a JSON object.
+    Message,
+    /// A server-streaming call: the bytes of its messages' `data`, as one
+    /// `application/octet-stream` body.
+    File,
 }
 
 /// One RPC's route. A `{field}` segment of `path` (possibly followed by `:verb`) sets that
@@ -73,6 +90,7 @@ pub struct Route {
     pub method: Method,
     pub path: &'static str,
     pub body: Body,
+    pub reply: Reply,
 }
 
 /// Every RPC's route, in the proto's order.
@@ -170,6 +188,19 @@ pub const ROUTES: &[Route] = &[
         "/v1/collections/{collection}/snapshots/{name}",
         Body::None,
     ),
+    Route {
+        rpc: Rpc::DownloadSnapshot,
+        method: Method::GET,
+        path: "/v1/collections/{collection}/snapshots/{name}:download",
+        body: Body::None,
+        reply: Reply::File,
+    },
+    route(
+        Rpc::RestoreSnapshot,
+        Method::POST,
+        "/v1/collections/{collection}:restore",
+        Body::File,
+    ),
 ];
 
 const fn route(rpc: Rpc, method: Method, path: &'static str, body: Body) -> Route {
@@ -178,6 +209,7 @@ const fn route(rpc: Rpc, method: Method, path: &'static str, body: Body) -> Rout
         method,
         path,
         body,
+        reply: Reply::Message,
     }
 }
 
@@ -268,7 +300,7 @@ mod tests {
 
     #[test]
     fn every_served_rpc_has_one_route_and_paths_match_with_their_parameters() {
-        assert_eq!(ROUTES.len(), 18);
+        assert_eq!(ROUTES.len(), 20);
         assert_eq!(
             matched(
                 Method::DELETE,
@@ -280,6 +312,28 @@ mod tests {
                     ("collection", "docs".to_string()),
                     ("name", "docs-g7-1.snapshot".to_string())
                 ]
+            ))
+        );
+        assert_eq!(
+            matched(
+                Method::GET,
+                "/v1/collections/docs/snapshots/docs-g7-1.snapshot:download"
+            )
+            .map(|m| m.0),
+            Some(Rpc::DownloadSnapshot)
+        );
+        assert_eq!(
+            match_route(
+                &Method::GET,
+                "/v1/collections/docs/snapshots/docs-g7-1.snapshot"
+            ),
+            Matched::WrongMethod(vec![Method::DELETE])
+        );
+        assert_eq!(
+            matched(Method::POST, "/v1/collections/copy:restore"),
+            Some((
+                Rpc::RestoreSnapshot,
+                vec![("collection", "copy".to_string())]
             ))
         );
         assert_eq!(

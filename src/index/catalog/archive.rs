@@ -162,7 +162,8 @@ pub(super) fn extract_archive(
     let (mut manifest, mut checksum) = (None, None);
     let mut last = String::from("(its start)");
     for entry in entries {
-        let mut entry = entry.map_err(|e| Refusal::new(format!("after {last}"), cut_short(e)))?;
+        let mut entry =
+            entry.map_err(|e| Refusal::new(format!("after {last}"), header_unreadable(e)))?;
         let path = entry_path(&entry)?;
         if !matches!(entry.header().entry_type(), tar::EntryType::Regular) {
             return Err(Refusal::new(path, "not a regular file"));
@@ -339,6 +340,15 @@ fn cut_short(error: std::io::Error) -> String {
     }
 }
 
+/// Why the tar header after the last entry read could not be read: the snapshot ends inside it
+/// (tar reports that as "failed to read entire block", not as an unexpected end) or it is damaged.
+fn header_unreadable(error: std::io::Error) -> String {
+    if error.kind() == std::io::ErrorKind::UnexpectedEof {
+        return cut_short(error);
+    }
+    format!("cut short or damaged: the next file's tar header cannot be read ({error})")
+}
+
 /// A reader that hashes what passes through it.
 struct Hashing<R> {
     inner: R,
@@ -477,10 +487,14 @@ mod tests {
             + 64;
         for cut in (0..end_of_checksum).step_by(97) {
             let (_dir, extracted) = extract(&bytes[..cut]);
+            let Err(refusal) = extracted else {
+                panic!("cut at {cut} of {} was accepted", bytes.len());
+            };
             assert!(
-                extracted.is_err(),
-                "cut at {cut} of {} was accepted",
-                bytes.len()
+                refusal.cause.contains("cut short"),
+                "cut at {cut}: {}: {}",
+                refusal.file,
+                refusal.cause
             );
         }
     }

@@ -29,7 +29,7 @@ pub use entry::{CollectionEntry, FaultedCollection, OpenCollection};
 pub use fault::{Fault, FaultKind};
 pub use lock::DataDirLock;
 pub use settings::{is_valid_collection_name, StoredSettings};
-pub use snapshots::{SnapshotInfo, TakenSnapshot};
+pub use snapshots::{extract_snapshot, SnapshotInfo, TakenSnapshot};
 
 use aliases::AliasMap;
 use folders::{

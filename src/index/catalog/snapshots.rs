@@ -212,6 +212,25 @@ impl<T> Catalog<T> {
     }
 }
 
+/// Extracts the snapshot read from `input` into `staging` (which must not exist) and checks it
+/// whole, as a restore does, without making it a collection: for a tool that reads a snapshot
+/// outside any data dir (`lathe export`). Returns the manifest and the extracted index folder. A
+/// damaged or cut-short snapshot is [`LatheError::SnapshotDamaged`] naming `label` and its file;
+/// the caller removes `staging` either way.
+pub fn extract_snapshot(
+    input: impl Read,
+    staging: &Path,
+    label: &str,
+) -> Result<(SnapshotManifest, PathBuf)> {
+    let manifest =
+        extract_archive(input, staging).map_err(|refusal| LatheError::SnapshotDamaged {
+            snapshot: label.to_string(),
+            file: refusal.file,
+            cause: refusal.cause,
+        })?;
+    Ok((manifest, staging.join(INDEX_DIR)))
+}
+
 /// Extracts and checks the snapshot into `staging`, and makes it a collection folder of this
 /// server: its settings as a collection of this node's own, and tantivy told that the extracted
 /// files are its to collect once merged away.
@@ -220,18 +239,14 @@ fn prepare(
     input: impl Read,
     label: &str,
 ) -> Result<(StoredSettings, SnapshotManifest)> {
-    let damaged = |file: String, cause: String| LatheError::SnapshotDamaged {
+    let (manifest, index) = extract_snapshot(input, staging, label)?;
+    let mut settings = read_settings(staging).map_err(|fault| LatheError::SnapshotDamaged {
         snapshot: label.to_string(),
-        file,
-        cause,
-    };
-    let manifest =
-        extract_archive(input, staging).map_err(|refusal| damaged(refusal.file, refusal.cause))?;
-    let mut settings =
-        read_settings(staging).map_err(|fault| damaged(SETTINGS_FILE.to_string(), fault.cause))?;
+        file: SETTINGS_FILE.to_string(),
+        cause: fault.cause,
+    })?;
     // Restored here, it belongs to this node, not to a replicated log it may have come from.
     settings.log_created = None;
-    let index = staging.join(INDEX_DIR);
     let written = write_settings(staging, &settings).and_then(|()| {
         let names: Vec<String> = list_names(&index)
             .map_err(std::io::Error::other)?

@@ -1,12 +1,40 @@
 //! Read-only views of a collection's stored data for tools that check the index from outside
 //! the query path (`lathe-bench` measures the dense leg's recall against exact search over these
-//! vectors). Nothing here is used when serving.
+//! vectors; `lathe export` writes out the live documents). Nothing here is used when serving.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use tantivy::DocAddress;
 
 use super::handle::CollectionIndex;
+use super::schema::HEADING_SEPARATOR;
 use super::section_document::{decode_verified_section, first_vector_row};
+use super::snapshot::Snapshot;
 use crate::error::{LatheError, Result};
+
+/// One live document as the index stores it: what `lathe export` writes out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredDocument {
+    pub doc_id: String,
+    pub title: String,
+    pub metadata: BTreeMap<String, String>,
+    /// Bytes of the whole document text (the `doc_bytes` of its first section), when stored.
+    pub text_bytes: Option<u64>,
+    /// Its sections in ordinal order, all of one version.
+    pub sections: Vec<StoredDocumentSection>,
+}
+
+/// One section of a [`StoredDocument`]: its text and where it lies in the document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredDocumentSection {
+    pub ordinal: u64,
+    pub heading_path: Vec<String>,
+    pub text: String,
+    /// The whitespace stored after it (`SectionRecord::gap_after`): empty when none is stored.
+    pub gap_after: String,
+    pub byte_start: u64,
+    pub char_start: u64,
+}
 
 impl CollectionIndex {
     /// The section vector stored with every live section that has one, keyed by section key, in
@@ -35,10 +63,124 @@ impl CollectionIndex {
     }
 }
 
+impl CollectionIndex {
+    /// Hands every live document of the current commit to `visit`, one at a time and in
+    /// `doc_id` order, with its sections in ordinal order. Only the positions of the live
+    /// sections (and each document's id) are held for the whole index; a document's stored
+    /// sections are read, verified and decoded when its turn comes, so memory stays one
+    /// document's text whatever the collection's size. A section failing verification, or a
+    /// document with live sections of two versions (a writer replaces every section of a
+    /// document in one commit, so this is damage), is an error naming the document.
+    pub fn for_each_stored_document(
+        &self,
+        mut visit: impl FnMut(StoredDocument) -> Result<()>,
+    ) -> Result<()> {
+        let snapshot = self.snapshot();
+        let mut documents: BTreeMap<String, Vec<DocAddress>> = BTreeMap::new();
+        let mut doc_id = String::new();
+        for (segment_ord, segment) in snapshot.searcher.segment_readers().iter().enumerate() {
+            let column = segment.fast_fields().str("doc_id").ok().flatten();
+            for doc in segment.doc_ids_alive() {
+                let address = DocAddress::new(segment_ord as u32, doc);
+                doc_id.clear();
+                let found = column.as_ref().and_then(|column| {
+                    let ordinal = column.term_ords(doc).next()?;
+                    column.ord_to_str(ordinal, &mut doc_id).ok()
+                });
+                if found != Some(true) {
+                    return Err(LatheError::internal(format!(
+                        "section at {address:?}: its `doc_id` fast field holds no id"
+                    )));
+                }
+                match documents.get_mut(doc_id.as_str()) {
+                    Some(addresses) => addresses.push(address),
+                    None => {
+                        documents.insert(doc_id.clone(), vec![address]);
+                    }
+                }
+            }
+        }
+        for (doc_id, mut addresses) in documents {
+            // In doc-store order: each block is decompressed once for the document's sections.
+            addresses.sort();
+            visit(self.read_stored_document(&snapshot, doc_id, &addresses)?)?;
+        }
+        Ok(())
+    }
+
+    /// The document `doc_id` from its live sections at `addresses` (see
+    /// [`CollectionIndex::for_each_stored_document`]).
+    fn read_stored_document(
+        &self,
+        snapshot: &Snapshot,
+        doc_id: String,
+        addresses: &[DocAddress],
+    ) -> Result<StoredDocument> {
+        let damaged = |why: String| LatheError::internal(format!("document `{doc_id}`: {why}"));
+        let mut versions = BTreeSet::new();
+        let mut sections = Vec::with_capacity(addresses.len());
+        let (mut title, mut metadata_json, mut text_bytes) = (String::new(), String::new(), None);
+        for &address in addresses {
+            let (bytes, expected_key) = snapshot
+                .stored_bytes(address)
+                .map_err(|why| damaged(format!("section at {address:?}: {why}")))?;
+            let section = decode_verified_section(&bytes, expected_key, &self.fields)
+                .map_err(|why| damaged(format!("section at {address:?}: {why}")))?;
+            versions.insert(section.version);
+            if sections.is_empty() {
+                title = section.doc_title.to_string();
+                metadata_json = section.metadata_json.to_string();
+            }
+            if section.ordinal == 0 {
+                text_bytes = snapshot
+                    .searcher
+                    .segment_reader(address.segment_ord)
+                    .fast_fields()
+                    .u64("doc_bytes")
+                    .ok()
+                    .and_then(|column| column.first(address.doc_id));
+            }
+            sections.push(StoredDocumentSection {
+                ordinal: section.ordinal,
+                heading_path: if section.heading_path.is_empty() {
+                    Vec::new()
+                } else {
+                    section
+                        .heading_path
+                        .split(HEADING_SEPARATOR)
+                        .map(str::to_string)
+                        .collect()
+                },
+                text: section.text.to_string(),
+                gap_after: section.gap_after.to_string(),
+                byte_start: section.byte_start,
+                char_start: section.char_start,
+            });
+        }
+        if versions.len() > 1 {
+            return Err(damaged(format!(
+                "live sections of {} versions ({versions:x?})",
+                versions.len()
+            )));
+        }
+        let metadata = serde_json::from_str(&metadata_json)
+            .map_err(|error| damaged(format!("stored metadata: {error}")))?;
+        sections.sort_by_key(|section| section.ordinal);
+        Ok(StoredDocument {
+            doc_id,
+            title,
+            metadata,
+            text_bytes,
+            sections,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::records::{section_key, WriteOp};
-    use super::super::testing::{document, open_dense, vector_bytes, write_and_wait};
+    use super::super::testing::{document, open, open_dense, vector_bytes, write_and_wait};
+    use super::StoredDocument;
 
     #[test]
     fn stored_section_vectors_are_the_live_sections_vectors_as_written() {
@@ -63,5 +205,56 @@ mod tests {
         for (got, want) in vectors[0].1.iter().zip([0.0, 0.6, 0.8, 0.0]) {
             assert!((got - want).abs() < 0.02, "{:?}", vectors[0].1);
         }
+    }
+
+    #[test]
+    fn stored_documents_are_the_live_ones_latest_version_sections_in_order() {
+        let data_dir = tempfile::tempdir().unwrap();
+        let index = open(&data_dir.path().join("index")).unwrap();
+        let mut b = document("b", 1, &["first part", "second part", "third part"]);
+        b.sections[1].heading_path = vec!["Outer".to_string(), "Inner".to_string()];
+        b.sections[0].gap_after = "\n\n".to_string();
+        b.text_bytes = 40;
+        write_and_wait(
+            &index,
+            vec![
+                WriteOp::Upsert(document("a", 1, &["old text of a"])),
+                WriteOp::Upsert(b),
+                WriteOp::Upsert(document("gone", 1, &["deleted soon"])),
+            ],
+        );
+        write_and_wait(
+            &index,
+            vec![
+                WriteOp::Upsert(document("a", 2, &["new text", "of a"])),
+                WriteOp::Delete {
+                    doc_id: "gone".to_string(),
+                },
+            ],
+        );
+
+        let mut seen: Vec<StoredDocument> = Vec::new();
+        index
+            .for_each_stored_document(|document| {
+                seen.push(document);
+                Ok(())
+            })
+            .unwrap();
+        let ids: Vec<&str> = seen.iter().map(|d| d.doc_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"], "live documents, in id order");
+        let texts = |d: &StoredDocument| -> Vec<String> {
+            d.sections.iter().map(|s| s.text.clone()).collect()
+        };
+        assert_eq!(
+            texts(&seen[0]),
+            ["new text", "of a"],
+            "the latest version only"
+        );
+        assert_eq!(texts(&seen[1]), ["first part", "second part", "third part"]);
+        assert_eq!(seen[1].sections[0].gap_after, "\n\n");
+        assert_eq!(seen[1].sections[1].heading_path, ["Outer", "Inner"]);
+        assert_eq!(seen[1].sections[2].byte_start, 21);
+        assert_eq!(seen[1].text_bytes, Some(40));
+        assert_eq!(seen[1].metadata.get("lang").map(String::as_str), Some("en"));
     }
 }

@@ -27,6 +27,7 @@ pub mod writer_pool;
 
 pub use backup::{BackupFile, BackupFiles, BackupSource, BACKUP_DENSE_DIR, BACKUP_INDEX_DIR};
 pub use handle::{dense_dir, CollectionIndex};
+pub use inspect::{StoredDocument, StoredDocumentSection};
 pub use records::{
     gap_after, section_key, DocumentRecord, SectionHit, SectionRecord, StoredEmbedding, WriteOp,
     MAX_GAP_BYTES,

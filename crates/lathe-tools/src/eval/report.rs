@@ -1,4 +1,5 @@
-//! The evaluation report: Markdown tables and the recall-vs-budget plot (SVG).
+//! The evaluation report: Markdown tables and the budget plot (SVG): recall, fill rate and
+//! latency against the token budget.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -113,38 +114,226 @@ fn matrix(out: &mut String, cells: &[Cell], systems: &[String], budgets: &[u32],
     out.push('\n');
 }
 
-/// Answer recall against budget (log scale), one line per system.
-pub fn recall_svg(
+/// Colours told apart by most readers, colour-blind ones included (Okabe and Ito's palette without
+/// its yellow, which is unreadable on white), then greys.
+const COLOURS: [RGBColor; 9] = [
+    RGBColor(0, 0, 0),
+    RGBColor(230, 159, 0),
+    RGBColor(86, 180, 233),
+    RGBColor(0, 158, 115),
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(204, 121, 167),
+    RGBColor(120, 120, 120),
+    RGBColor(180, 180, 180),
+];
+
+/// Point markers, so lines stay apart in grey print and where they cross.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Marker {
+    Circle,
+    Triangle,
+    Square,
+    Cross,
+}
+
+const MARKERS: [Marker; 4] = [
+    Marker::Circle,
+    Marker::Triangle,
+    Marker::Square,
+    Marker::Cross,
+];
+
+/// The look of system `index`'s line: its colour and marker (the pairs repeat only after 36).
+fn series_style(index: usize) -> (RGBAColor, Marker) {
+    let colour = COLOURS[index % COLOURS.len()].to_rgba();
+    (colour, MARKERS[index % MARKERS.len()])
+}
+
+/// A system named `defaults…` is drawn thicker (and last), so no other line hides it.
+fn line_width(system: &str) -> u32 {
+    if system.starts_with("defaults") {
+        4
+    } else {
+        2
+    }
+}
+
+/// One panel of the budget plot: its title, y axis, and the metric of a cell.
+struct Panel {
+    title: &'static str,
+    y_desc: &'static str,
+    value: fn(&Summary) -> f64,
+    /// Whether the metric is a share (kept within 0..1 when the axis is zoomed).
+    share: bool,
+}
+
+const PANELS: [Panel; 3] = [
+    Panel {
+        title: "Answer recall",
+        y_desc: "answer recall",
+        value: |s| s.answer_recall,
+        share: true,
+    },
+    Panel {
+        title: "Fill rate (tokens used / budget)",
+        y_desc: "fill rate",
+        value: |s| s.fill_rate,
+        share: true,
+    },
+    Panel {
+        title: "Latency, p50",
+        y_desc: "milliseconds",
+        value: |s| milliseconds(s.latency_p50),
+        share: false,
+    },
+];
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+type DrawResult = Result<(), DrawingAreaErrorKind<std::io::Error>>;
+
+/// Answer recall, fill rate and p50 latency against the token budget, side by side, one line per
+/// system: the x axis labelled at each budget measured (log scale), each y axis zoomed to its
+/// data, each system with its own colour and marker in a legend beside the panels, and the
+/// defaults drawn last and thicker.
+pub fn budget_svg(
     path: &Path,
     cells: &[Cell],
     systems: &[String],
     budgets: &[u32],
 ) -> anyhow::Result<()> {
     let plot_error = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
+    let root = SVGBackend::new(path, (1500, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| plot_error(&e))?;
+    let (panels, legend) = root.split_horizontally(1240);
+    let mut order: Vec<usize> = (0..systems.len()).collect();
+    order.sort_by_key(|&i| systems[i].starts_with("defaults"));
+    for (area, panel) in panels.split_evenly((1, PANELS.len())).iter().zip(&PANELS) {
+        draw_panel(area, panel, (cells, systems, budgets), &order).map_err(|e| plot_error(&e))?;
+    }
+    draw_side_legend(&legend, systems).map_err(|e| plot_error(&e))?;
+    root.present().map_err(|e| plot_error(&e))?;
+    Ok(())
+}
+
+fn draw_panel(
+    area: &Area,
+    panel: &Panel,
+    (cells, systems, budgets): (&[Cell], &[String], &[u32]),
+    order: &[usize],
+) -> DrawResult {
+    let series: Vec<Vec<(f64, f64)>> = systems
+        .iter()
+        .map(|system| {
+            let point =
+                |b: u32| find(cells, system, b).map(|c| (b as f64, (panel.value)(&c.summary)));
+            budgets.iter().filter_map(|&b| point(b)).collect()
+        })
+        .collect();
+    let (low, high) = zoomed(series.iter().flatten().map(|&(_, y)| y), panel.share);
     let smallest = budgets.iter().copied().min().unwrap_or(1).max(1) as f64;
     let largest = budgets.iter().copied().max().unwrap_or(1).max(1) as f64;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| plot_error(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Answer recall vs token budget", ("sans-serif", 24))
-        .margin(20)
+    let key_points: Vec<f64> = budgets.iter().map(|&b| b as f64).collect();
+    let x = (smallest * 0.85..largest * 1.15)
+        .log_scale()
+        .with_key_points(key_points);
+    let mut chart = ChartBuilder::on(area)
+        .caption(panel.title, ("sans-serif", 18))
+        .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(55)
-        .build_cartesian_2d((smallest * 0.85..largest * 1.15).log_scale(), 0f64..1f64)
-        .map_err(|e| plot_error(&e))?;
-    draw_axes(&mut chart, "token budget (MiniLM tokens)", "answer recall")
-        .map_err(|e| plot_error(&e))?;
-    for (i, system) in systems.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let points: Vec<(f64, f64)> = budgets
-            .iter()
-            .filter_map(|&b| find(cells, system, b).map(|c| (b as f64, c.summary.answer_recall)))
-            .collect();
-        draw_line_with_markers(&mut chart, system.as_str(), points, color)
-            .map_err(|e| plot_error(&e))?;
+        .build_cartesian_2d(x, low..high)?;
+    // Enough decimals that the labels, about a tenth of the span apart, differ.
+    let digits = (-((high - low) / 10.0).log10()).ceil().clamp(0.0, 4.0) as usize;
+    chart
+        .configure_mesh()
+        .x_desc("token budget")
+        .y_desc(panel.y_desc)
+        .x_labels(budgets.len())
+        .x_label_formatter(&|x| budget_label(*x))
+        .y_label_formatter(&|y| format!("{y:.digits$}"))
+        .draw()?;
+    for &index in order {
+        let (colour, marker) = series_style(index);
+        let points = &series[index];
+        let line = colour.stroke_width(line_width(&systems[index]));
+        chart.draw_series(LineSeries::new(points.iter().copied(), line))?;
+        draw_markers(&mut chart, points, colour, marker)?;
     }
-    draw_legend(&mut chart, SeriesLabelPosition::LowerRight).map_err(|e| plot_error(&e))?;
-    root.present().map_err(|e| plot_error(&e))?;
+    Ok(())
+}
+
+/// The y range of `values`: their span with a tenth of it as margin each side (a share kept
+/// within 0..1), so lines that all sit in 0.75..1.0 are not squashed against the top.
+fn zoomed(values: impl Iterator<Item = f64>, share: bool) -> (f64, f64) {
+    let (low, high) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    if !low.is_finite() {
+        return (0.0, 1.0);
+    }
+    let least = if share { 0.01 } else { high.abs() * 0.05 + 0.1 };
+    let margin = ((high - low) * 0.1).max(least);
+    let top = if share {
+        (high + margin).min(1.0)
+    } else {
+        high + margin
+    };
+    ((low - margin).max(0.0), top)
+}
+
+/// `128`, `1k`, `32k`: a budget as the axis labels it.
+fn budget_label(budget: f64) -> String {
+    let budget = budget.round() as u64;
+    if budget >= 1024 && budget.is_multiple_of(1024) {
+        format!("{}k", budget / 1024)
+    } else {
+        budget.to_string()
+    }
+}
+
+fn draw_markers<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    points: &[(f64, f64)],
+    colour: RGBAColor,
+    marker: Marker,
+) -> DrawResult
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    let style = colour.filled();
+    let points = points.iter().copied();
+    match marker {
+        Marker::Circle => chart.draw_series(points.map(|p| Circle::new(p, 4, style)))?,
+        Marker::Triangle => chart.draw_series(points.map(|p| TriangleMarker::new(p, 5, style)))?,
+        Marker::Square => chart.draw_series(
+            points.map(|p| EmptyElement::at(p) + Rectangle::new([(-4, -4), (4, 4)], style)),
+        )?,
+        Marker::Cross => {
+            chart.draw_series(points.map(|p| Cross::new(p, 5, colour.stroke_width(2))))?
+        }
+    };
+    Ok(())
+}
+
+/// The legend in its own column: each system's line, marker and name.
+fn draw_side_legend(area: &Area, systems: &[String]) -> DrawResult {
+    area.draw(&Text::new("systems", (10, 40), ("sans-serif", 16)))?;
+    for (index, system) in systems.iter().enumerate() {
+        let (colour, marker) = series_style(index);
+        let y = 75 + 26 * index as i32;
+        let line = colour.stroke_width(line_width(system));
+        area.draw(&PathElement::new(vec![(10, y), (50, y)], line))?;
+        let style = colour.filled();
+        match marker {
+            Marker::Circle => area.draw(&Circle::new((30, y), 4, style))?,
+            Marker::Triangle => area.draw(&TriangleMarker::new((30, y), 5, style))?,
+            Marker::Square => area.draw(&Rectangle::new([(26, y - 4), (34, y + 4)], style))?,
+            Marker::Cross => area.draw(&Cross::new((30, y), 5, colour.stroke_width(2)))?,
+        }
+        area.draw(&Text::new(system.as_str(), (60, y - 7), ("sans-serif", 14)))?;
+    }
     Ok(())
 }
 
@@ -241,14 +430,65 @@ mod tests {
     }
 
     #[test]
-    fn the_plot_is_an_svg_with_one_line_per_system() {
+    fn the_plot_draws_recall_fill_and_latency_with_a_labelled_line_per_system() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("recall.svg");
-        let systems = vec!["sentence/64".to_string(), "recursive-400-0".to_string()];
-        recall_svg(&path, &cells(), &systems, &[128, 256]).expect("plot");
+        let path = dir.path().join("budgets.svg");
+        let systems: Vec<String> = ["defaults", "sentence/64", "recursive-400-0"]
+            .map(String::from)
+            .to_vec();
+        let budgets = [128, 1024, 32768];
+        let mut cells = Vec::new();
+        for (rank, system) in systems.iter().enumerate() {
+            for (step, &budget) in budgets.iter().enumerate() {
+                let summary = Summary {
+                    queries: 10,
+                    answer_recall: 0.95 - 0.05 * rank as f64 + 0.01 * step as f64,
+                    fill_rate: 0.99 - 0.01 * step as f64,
+                    latency_p50: Duration::from_millis(5 + 3 * step as u64),
+                    ..Summary::default()
+                };
+                let system = system.clone();
+                cells.push(Cell {
+                    budget,
+                    system,
+                    summary,
+                });
+            }
+        }
+        budget_svg(&path, &cells, &systems, &budgets).expect("plot");
         let svg = std::fs::read_to_string(&path).expect("read svg");
         assert!(svg.starts_with("<svg"));
-        assert!(svg.contains("recursive-400-0"));
-        assert!(svg.matches("<polyline").count() >= 2);
+        for text in [
+            "Answer recall",
+            "Fill rate",
+            "Latency",
+            "recursive-400-0",
+            "\n1k\n",
+            "\n32k\n",
+        ] {
+            assert!(svg.contains(text), "{text} not in the plot");
+        }
+        // Each system's line in each of the three panels and in the legend, in its own colour;
+        // the defaults (black) thicker than the rest.
+        for (colour, width) in [("#000000", 4), ("#E69F00", 2), ("#56B4E9", 2)] {
+            let line = format!(r#"stroke="{colour}" stroke-width="{width}" points"#);
+            assert_eq!(svg.matches(&line).count(), 3 + 1, "{line}");
+        }
+    }
+
+    #[test]
+    fn the_y_axis_is_zoomed_to_the_data_and_budgets_read_short() {
+        let (low, high) = zoomed([0.80, 0.95, 0.90].into_iter(), true);
+        assert!(
+            (0.78..0.80).contains(&low) && (0.95..0.98).contains(&high),
+            "{low}..{high}"
+        );
+        assert_eq!(zoomed([0.99, 1.0].into_iter(), true).1, 1.0);
+        assert_eq!(zoomed(std::iter::empty(), true), (0.0, 1.0));
+        let (low, high) = zoomed([3.0, 12.0].into_iter(), false);
+        assert!(low < 3.0 && high > 12.0 && low >= 0.0);
+        assert_eq!(budget_label(128.0), "128");
+        assert_eq!(budget_label(32768.0), "32k");
+        assert_eq!(budget_label(1500.0), "1500");
     }
 }

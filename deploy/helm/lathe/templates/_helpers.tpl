@@ -154,3 +154,24 @@ app.kubernetes.io/version: {{ $.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ $.Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" $.Chart.Name $.Chart.Version | replace "+" "_" }}
 {{- end -}}
+
+{{/* The pods' ServiceAccount (values.yaml, serviceAccount). */}}
+{{- define "lathe.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "lathe.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* PromQL matchers for this release's series (values.yaml, metrics.prometheusRule.selector). */}}
+{{- define "lathe.metricsSelector" -}}
+{{- $default := printf "job=\"%s-metrics\",namespace=\"%s\"" (include "lathe.fullname" .) .Release.Namespace -}}
+{{- default $default .Values.metrics.prometheusRule.selector -}}
+{{- end -}}
+
+{{- define "lathe.requireMetrics" -}}
+{{- if not .Values.metrics.enabled -}}
+{{- fail (printf "%s needs metrics.enabled: without it the pods serve no metrics" .What) -}}
+{{- end -}}
+{{- end -}}

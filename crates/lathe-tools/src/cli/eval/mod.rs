@@ -94,7 +94,7 @@ pub struct EvalArgs {
     /// Retrieve requests in flight at once.
     #[arg(long, default_value_t = 1)]
     pub concurrency: usize,
-    /// Output folder (results.md, recall.svg, run.jsonl).
+    /// Output folder (results.md, budgets.svg: recall, fill and latency by budget, run.jsonl).
     #[arg(long, default_value = "eval-out")]
     pub out: PathBuf,
     /// Run file (default: <out>/run.jsonl).

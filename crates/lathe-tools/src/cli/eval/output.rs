@@ -104,8 +104,8 @@ pub(super) fn write_report(parts: &ReportInputs, run_path: &Path) -> anyhow::Res
     let results_path = args.out.join("results.md");
     std::fs::write(&results_path, &markdown)
         .with_context(|| format!("writing {}", results_path.display()))?;
-    let svg_path = args.out.join("recall.svg");
-    report::recall_svg(&svg_path, &measurements.cells, &labels, &budgets)?;
+    let svg_path = args.out.join("budgets.svg");
+    report::budget_svg(&svg_path, &measurements.cells, &labels, &budgets)?;
     eprintln!(
         "wrote {}, {} and {}",
         results_path.display(),

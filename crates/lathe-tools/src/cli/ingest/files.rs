@@ -238,22 +238,15 @@ fn documents_from_file(
         Ok(read) => read,
         Err(reason) => return Ok(Err(reason)),
     };
-    let relative = path.strip_prefix(root).unwrap_or(path);
-    let metadata = file_metadata(relative, &file.extension, kind);
     if kind == FileKind::Jsonl {
-        let mut documents = documents_from_jsonl(&file.text, default_format)
+        // Records, not files: each line's document keeps the id and metadata it was given, so
+        // that what `lathe export` wrote comes back as it was.
+        let documents = documents_from_jsonl(&file.text, default_format)
             .with_context(|| format!("{}: not a JSONL document file", path.display()))?;
-        for document in &mut documents {
-            // A line's own metadata wins over the file's.
-            for (key, value) in &metadata {
-                document
-                    .metadata
-                    .entry(key.clone())
-                    .or_insert_with(|| value.clone());
-            }
-        }
         return Ok(Ok(documents));
     }
+    let relative = path.strip_prefix(root).unwrap_or(path);
+    let metadata = file_metadata(relative, &file.extension, kind);
     Ok(Ok(vec![proto::Document {
         id: relative.to_string_lossy().into_owned(),
         title: file.stem,

@@ -1,6 +1,8 @@
-//! TLS on the HTTP port: the gRPC port's certificate, key and client CA (`[tls]`), with the same
-//! rustls on ring that tonic uses, offering HTTP/1.1. Handshakes run in tasks of their own, so a
-//! slow or silent client delays no other connection.
+//! TLS for the gRPC and HTTP ports from the `[tls]` files (rustls on ring, as tonic's own): the
+//! server's configuration is rebuilt when the files change (`reload`), and each new connection
+//! shakes hands with the newest, so a renewed certificate is served without a restart while the
+//! connections already open keep theirs. Handshakes run in tasks of their own, so a slow or
+//! silent client delays no other connection.
 
 use std::io::Cursor;
 use std::net::SocketAddr;
@@ -16,14 +18,38 @@ use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
+use super::reload::{self, Reloadable};
 use crate::config::TlsConfig;
 use crate::error::{LatheError, Result};
 
 /// How long a client may take over its handshake.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 
-/// The rustls configuration of `tls`, as tonic builds its own for the gRPC port.
-pub fn server_config(tls: &TlsConfig) -> Result<Arc<ServerConfig>> {
+/// The rustls configuration of `tls` offering `alpn` (`h2` for gRPC, `http/1.1` for the HTTP
+/// port), rebuilt when its files change (checked every `interval`, never when zero) until `stop`.
+pub fn reloading(
+    tls: &TlsConfig,
+    alpn: &'static [u8],
+    interval: Duration,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<Arc<Reloadable<ServerConfig>>> {
+    let mut files = vec![tls.cert_file.clone().into(), tls.key_file.clone().into()];
+    if !tls.client_ca_file.is_empty() {
+        files.push(tls.client_ca_file.clone().into());
+    }
+    let tls = tls.clone();
+    let what = if alpn == b"h2" {
+        "tls (gRPC port)"
+    } else {
+        "tls (HTTP port)"
+    };
+    reload::watch_files(what, files, interval, stop, move || {
+        server_config(&tls, alpn)
+    })
+}
+
+/// The rustls configuration of `tls`, as tonic would build it.
+fn server_config(tls: &TlsConfig, alpn: &[u8]) -> Result<ServerConfig> {
     let read = |path: &str, field: &str| {
         std::fs::read(path)
             .map_err(|e| LatheError::invalid(field, format!("cannot read {path}: {e}")))
@@ -54,24 +80,25 @@ pub fn server_config(tls: &TlsConfig) -> Result<Arc<ServerConfig>> {
     let mut config = builder
         .with_single_cert(chain, key)
         .map_err(|e| LatheError::invalid("tls", format!("cannot configure TLS: {e}")))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Ok(config)
 }
 
-/// A listener that hands axum connections whose handshake has finished.
+/// A listener that hands out connections whose handshake has finished: to axum as its
+/// `Listener`, to tonic as its incoming stream.
 pub struct TlsListener {
     handshaken: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
     local: SocketAddr,
 }
 
 impl TlsListener {
-    /// Accepts on `listener` (until this listener is dropped) and shakes hands in the background.
-    pub fn new(listener: TcpListener, config: Arc<ServerConfig>) -> Self {
+    /// Accepts on `listener` (until this listener is dropped) and shakes hands in the background
+    /// with the configuration `config` holds at each connection.
+    pub fn new(listener: TcpListener, config: Arc<Reloadable<ServerConfig>>) -> Self {
         let local = listener
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let (sender, handshaken) = mpsc::channel(64);
-        let acceptor = TlsAcceptor::from(config);
         tokio::spawn(async move {
             let mut pause = Duration::from_millis(5);
             loop {
@@ -83,7 +110,7 @@ impl TlsListener {
                     Ok(accepted) => accepted,
                     Err(error) => {
                         // Out of descriptors or memory: pause rather than spin (see `incoming`).
-                        tracing::warn!(%error, "http accept failed");
+                        tracing::warn!(%error, "tls accept failed");
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(Duration::from_millis(500));
                         continue;
@@ -91,7 +118,7 @@ impl TlsListener {
                 };
                 pause = Duration::from_millis(5);
                 let _ = stream.set_nodelay(true);
-                let acceptor = acceptor.clone();
+                let acceptor = TlsAcceptor::from(config.get());
                 let sender = sender.clone();
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_LIMIT, acceptor.accept(stream)).await {
@@ -99,14 +126,22 @@ impl TlsListener {
                             let _ = sender.send((stream, peer)).await;
                         }
                         Ok(Err(error)) => {
-                            tracing::debug!(%error, %peer, "http tls handshake failed")
+                            tracing::debug!(%error, %peer, "tls handshake failed")
                         }
-                        Err(_) => tracing::debug!(%peer, "http tls handshake timed out"),
+                        Err(_) => tracing::debug!(%peer, "tls handshake timed out"),
                     }
                 });
             }
         });
         Self { handshaken, local }
+    }
+
+    /// The connections as tonic's `serve_with_incoming` takes them.
+    pub fn into_incoming(
+        self,
+    ) -> impl futures::Stream<Item = std::io::Result<TlsStream<TcpStream>>> + Send + 'static {
+        use futures::StreamExt;
+        tokio_stream::wrappers::ReceiverStream::new(self.handshaken).map(|(stream, _)| Ok(stream))
     }
 }
 
