@@ -247,9 +247,10 @@ async fn a_wait_past_its_deadline_names_the_operation_which_then_applies() {
     Fixture::new()
         .collection("c")
         .run(|Served { mut client, .. }| async move {
-            // MiniLM embeds at tens of KB a second here: this keeps the worker busy for seconds.
-            let ahead: Vec<proto::Document> = (0..4)
-                .map(|i| document(&format!("long{i}"), &long_text(i, 60_000), Format::Plain))
+            // MiniLM embeds 5 to 20 KB a second here: 80 KB keeps the worker busy for 4 to 16 s,
+            // well past the 1.5 s deadline below, and well within TEST_LIMIT on a loaded machine.
+            let ahead: Vec<proto::Document> = (0..2)
+                .map(|i| document(&format!("long{i}"), &long_text(i, 40_000), Format::Plain))
                 .collect();
             client
                 .upsert_documents(upsert_request("c", ahead))
