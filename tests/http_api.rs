@@ -623,17 +623,10 @@ async fn the_http_port_uses_the_servers_tls() {
     use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
     tokio::time::timeout(TEST_LIMIT, async {
         let dir = tempfile::tempdir().unwrap();
-        let (ca_pem, issuer) = test_ca("lathe test ca");
-        let leaf = |names: Vec<String>| {
-            let key = rcgen::KeyPair::generate().unwrap();
-            let certificate = rcgen::CertificateParams::new(names)
-                .unwrap()
-                .signed_by(&key, &issuer)
-                .unwrap();
-            (certificate.pem(), key.serialize_pem())
-        };
-        let (server_pem, server_key) = leaf(vec!["localhost".into()]);
-        let (client_pem, client_key) = leaf(vec!["client".into()]);
+        let ca = common::tls::TestCa::new("lathe test ca");
+        let ca_pem = ca.pem.clone();
+        let (server_pem, server_key) = ca.leaf(&["localhost"]);
+        let (client_pem, client_key) = ca.leaf(&["client"]);
         let write = |name: &str, text: &str| {
             let path = dir.path().join(name);
             std::fs::write(&path, text).unwrap();
@@ -702,20 +695,4 @@ async fn the_http_port_uses_the_servers_tls() {
     })
     .await
     .expect("the test ends within TEST_LIMIT");
-}
-
-/// A self-signed CA: its PEM and its issuer for leaf certificates.
-fn test_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    params.key_usages = vec![
-        rcgen::KeyUsagePurpose::KeyCertSign,
-        rcgen::KeyUsagePurpose::DigitalSignature,
-    ];
-    let pem = params.self_signed(&key).unwrap().pem();
-    (pem, rcgen::Issuer::new(params, key))
 }

@@ -5,6 +5,7 @@
 pub mod binary;
 pub mod nats;
 pub mod replica;
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
