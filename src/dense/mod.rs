@@ -320,6 +320,11 @@ impl DenseIndex {
         self.segments().len()
     }
 
+    /// Live vectors of each segment, oldest first, the live segment last.
+    pub fn segment_sizes(&self) -> Vec<usize> {
+        self.segments().iter().map(|s| s.live_count()).collect()
+    }
+
     /// Share of all graph slots that are tombstones (0 for an empty index).
     pub fn dead_share(&self) -> f32 {
         let segments = self.segments();

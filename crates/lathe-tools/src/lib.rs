@@ -7,6 +7,7 @@
 //! - [`server_process`]: a `lathe serve` child process on a loopback port, for a tool run
 //!   without `--addr` and for the benchmark programs' servers.
 //! - [`proc_status`]: a process's resident memory and CPU time, from `/proc`.
+//! - [`scale_corpus`]: the scale benchmarks' corpus (copies of a source corpus) and queries.
 //! - [`cli`]: the client subcommands' arguments and their runs.
 //! - [`eval`]: datasets, answer scoring, the report and its plots.
 
@@ -14,6 +15,7 @@ pub mod cli;
 pub mod client;
 pub mod eval;
 pub mod proc_status;
+pub mod scale_corpus;
 pub mod server_process;
 
 /// The generated `lathe.v1` API the tools speak.

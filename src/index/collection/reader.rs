@@ -146,6 +146,11 @@ impl CollectionIndex {
         self.dense.is_some()
     }
 
+    /// The dense index of section vectors, for tools that inspect or time it alone.
+    pub fn dense(&self) -> Option<&crate::dense::DenseIndex> {
+        self.dense.as_deref()
+    }
+
     /// The sections nearest to `query` in the dense index that are in `snapshot` and pass
     /// `filter`, best first, scored by cosine similarity.
     pub fn search_dense(

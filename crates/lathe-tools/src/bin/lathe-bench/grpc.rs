@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::corpus::{corpus_document, SourceDocument};
 use crate::report::{Latency, StageLatency};
 use lathe_tools::client::{connect, upload_in_batches};
 use lathe_tools::eval::percentile;
 use lathe_tools::proto;
+use lathe_tools::scale_corpus::{corpus_document, SourceDocument};
 
 /// The queries of one size, handed out once each so that no Retrieve hits the result cache.
 pub(crate) struct QueryFeed {

@@ -26,7 +26,6 @@
 //!
 //! Example: `lathe-bench --corpus /tmp/lathe-debian-docs --sizes 10000,100000`
 
-mod corpus;
 mod grpc;
 mod report;
 mod size;
@@ -38,9 +37,9 @@ use clap::Parser;
 
 use lathe_tools::server_process::lathe_binary;
 
-use crate::corpus::load_corpus;
 use crate::report::{replot, write_outputs};
 use crate::size::{Bench, ServerCommand};
+use lathe_tools::scale_corpus::load_corpus;
 
 #[derive(Parser, Debug)]
 #[command(

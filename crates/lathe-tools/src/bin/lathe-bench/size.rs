@@ -14,10 +14,10 @@ use lathe_tools::client::{connect, serve_command};
 use lathe_tools::proc_status::{cpu_seconds, resident};
 use lathe_tools::server_process::{Patience, ServerProcess};
 
-use crate::corpus::{corpus_queries, SourceDocument};
 use crate::grpc::{build_collection, first_retrieve, measure_latency, write_one_more, QueryFeed};
 use crate::report::SizeReport;
 use crate::Args;
+use lathe_tools::scale_corpus::{corpus_queries, SourceDocument};
 
 /// How the bench starts servers: binary, models, dense model and search setting.
 pub(crate) struct ServerCommand {

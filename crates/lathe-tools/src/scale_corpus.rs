@@ -7,16 +7,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use lathe_tools::proto;
+use crate::proto;
 
 /// One document of the source corpus.
 #[derive(Clone, Debug)]
-pub(crate) struct SourceDocument {
-    pub(crate) name: String,
-    pub(crate) text: String,
+pub struct SourceDocument {
+    pub name: String,
+    pub text: String,
 }
 
-pub(crate) fn load_corpus(path: &Path) -> anyhow::Result<Vec<SourceDocument>> {
+pub fn load_corpus(path: &Path) -> anyhow::Result<Vec<SourceDocument>> {
     let mut documents = if path.is_dir() {
         load_text_folder(path)?
     } else {
@@ -114,7 +114,7 @@ fn variant_text(text: &str, copy: u64) -> String {
 
 /// Distinct query texts from the corpus: the first eight words of lines with at least six words
 /// of letters, spread evenly over all such lines.
-pub(crate) fn corpus_queries(documents: &[SourceDocument], wanted: usize) -> Vec<String> {
+pub fn corpus_queries(documents: &[SourceDocument], wanted: usize) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
     let mut candidates = Vec::new();
     for document in documents {
@@ -145,7 +145,7 @@ pub(crate) fn corpus_queries(documents: &[SourceDocument], wanted: usize) -> Vec
 }
 
 /// Document `i` of the endless corpus: copy `i / len` of source document `i % len`.
-pub(crate) fn corpus_document(corpus: &[SourceDocument], i: u64) -> proto::Document {
+pub fn corpus_document(corpus: &[SourceDocument], i: u64) -> proto::Document {
     let source = &corpus[(i % corpus.len() as u64) as usize];
     let copy = i / corpus.len() as u64;
     proto::Document {
