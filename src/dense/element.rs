@@ -93,6 +93,12 @@ fn query_similarity(query: &[StoredElement], codes: &[StoredElement]) -> f32 {
             &owned
         }
     };
+    unit_similarity(query, codes)
+}
+
+/// `q · c / |c|` of the unit query `query` and the codes `codes` (0 when `c` is all zero): the
+/// cosine of the query and the vector the codes stand for.
+pub(super) fn unit_similarity(query: &[f32], codes: &[StoredElement]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     let (dot, norm2) = if *HAS_AVX2_FMA {
         // SAFETY: the features the function is compiled for were detected on this CPU.

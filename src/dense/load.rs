@@ -387,40 +387,40 @@ mod tests {
         names
     }
 
+    /// Segments read from their files (at open, or a merge's read back) are walked in their
+    /// flat form: hnsw_rs's graph and the map of its data file are let go, so no dense file
+    /// stays mapped (a file changed or cut under the server cannot reach a search), and the
+    /// walk finds each vector's own slot.
     #[cfg(target_os = "linux")]
     #[test]
-    fn loaded_and_merged_segments_map_their_vectors_and_unmap_them_once_dropped() {
+    fn loaded_and_merged_segments_are_flat_and_map_no_file() {
         let vectors = random_vectors(2400, 16, 12);
         let dir = tempfile::tempdir().expect("tempdir");
         let index = persisted_index(dir.path(), &vectors, 600);
         index.seal();
         let sealed = index.sealed_segments();
         assert_eq!(sealed.len(), 4);
-        assert!(sealed.iter().all(|s| !s.graph.is_mapped()), "built here");
+        assert!(sealed.iter().all(|s| s.graph().is_some()), "built here");
         drop(sealed);
         assert_eq!(mapped_files(dir.path()), Vec::<String>::new());
         drop(index);
 
         let (index, missing) = reopen(dir.path(), 16, 600, 0..2400);
         assert!(missing.is_empty(), "{missing:?}");
-        assert!(index.sealed_segments().iter().all(|s| s.graph.is_mapped()));
-        let loaded: Vec<String> = (0..4).map(|id| format!("seg-{id}.hnsw.data")).collect();
-        assert_eq!(mapped_files(dir.path()), loaded);
+        assert!(index.sealed_segments().iter().all(|s| s.graph().is_none()));
+        assert_eq!(mapped_files(dir.path()), Vec::<String>::new());
 
-        // A merge serves its segment from its dump, and lets go of the merged ones' files.
+        // A merge serves its segment from its dump, read back flat.
         let chosen = index.segments_to_merge().expect("a full tier");
         assert_eq!(chosen, vec![0, 1, 2, 3]);
         assert!(index.try_start_merge());
         index.merge_segments(&chosen).expect("merges");
         let sealed = index.sealed_segments();
         assert_eq!(sealed.len(), 1);
-        assert!(sealed[0].graph.is_mapped());
-        assert_eq!(
-            mapped_files(dir.path()),
-            [format!("seg-{}.hnsw.data", sealed[0].id)]
-        );
+        assert!(sealed[0].graph().is_none());
+        assert_eq!(mapped_files(dir.path()), Vec::<String>::new());
         drop(sealed);
-        // 2,400 vectors: past the exact scan, so the mapped graph answers.
+        // 2,400 vectors: past the exact scan, so the flat graph answers.
         for (id, query) in vectors.iter().enumerate().step_by(7) {
             assert_eq!(
                 index.search(query, 1, &|_| true).expect("ok")[0].0,

@@ -132,7 +132,7 @@ impl DenseIndex {
         for &(vector, slot) in batch.iter().take(EXHAUSTIVE_SEARCH_SLOTS) {
             merged.keep_vector(slot, vector);
         }
-        merged.graph.parallel_insert_slice(&batch);
+        merged.building_graph().parallel_insert_slice(&batch);
         merged
     }
 

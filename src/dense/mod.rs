@@ -35,6 +35,7 @@
 //! `element` (the int8 codes and their distance) and `persist` (the files and the manifest).
 
 mod element;
+mod flat;
 mod load;
 mod merge;
 mod merge_policy;

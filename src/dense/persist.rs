@@ -174,9 +174,18 @@ pub fn dump_segment(dir: &Path, segment: &Segment) -> Result<SegmentEntry, Dense
         _ => {}
     }
     let wanted = format!("{SEGMENT_PREFIX}{}", segment.id);
+    let Some(graph) = segment.graph() else {
+        return Err(DenseError::io(
+            dir,
+            format!(
+                "segment {} was read from its files: it has no graph to write",
+                segment.id
+            ),
+        ));
+    };
     // hnsw_rs panics (rather than failing) when it cannot create its files.
     let dumped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        segment.graph.file_dump(dir, &wanted)
+        graph.file_dump(dir, &wanted)
     }));
     let basename = match dumped {
         Ok(Ok(basename)) => basename,

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::segment::Segment;
+use super::segment::{Segment, Walk};
 use super::{query_elements, DenseError, DenseIndex, StoredElement};
 use crate::embed::l2_normalize;
 
@@ -50,7 +50,11 @@ static SEARCH_WAIT_MAX_NANOS: AtomicU64 = AtomicU64::new(0);
 /// accepts, as (key, similarity): an exact scan of a small segment, else a graph walk with a
 /// candidate list of `ef`.
 ///
-/// The walk is hnsw_rs's plain search, its whole candidate list returned, and what is dead or
+/// A segment read from its files is walked in its flat form ([`super::flat`]): the plain walk,
+/// what is dead or rejected dropped afterwards, and when fewer than `k` are left, an exact scan
+/// of its vectors (rare: a segment is rebuilt once a quarter of it is dead).
+///
+/// A segment built here is walked by hnsw_rs: its plain search, its whole candidate list returned, and what is dead or
 /// rejected is dropped afterwards. Its filtered search is no such walk with a check: once the
 /// plain search would stop, it walks on while any candidate is left and checks the filter over the
 /// whole list at every step: on a graph of 320k vectors, two to three times the plain walk's time
@@ -66,12 +70,27 @@ fn search_segment(
     filter: &(dyn Fn(u64) -> bool + Sync),
 ) -> Vec<(u64, f32)> {
     let accept = |slot: &usize| segment.is_live(*slot) && filter(segment.key(*slot));
-    if let Some(nearest) = segment.nearest(unit, k, &|slot| accept(&slot)) {
-        return nearest
+    let keyed = |found: Vec<(usize, f32)>| -> Vec<(u64, f32)> {
+        found
             .into_iter()
             .map(|(slot, similarity)| (segment.key(slot), similarity))
-            .collect();
+            .collect()
+    };
+    if let Some(nearest) = segment.nearest(unit, k, &|slot| accept(&slot)) {
+        return keyed(nearest);
     }
+    let graph = match &segment.walk {
+        Walk::Hnsw(graph) => graph,
+        Walk::Flat(flat) => {
+            let mut plain = flat.search(unit, ef);
+            plain.retain(|(slot, _)| accept(slot));
+            plain.truncate(k);
+            if plain.len() >= k || plain.len() >= segment.live_count() {
+                return keyed(plain);
+            }
+            return keyed(flat.scan(unit, k, &|slot| accept(&slot)));
+        }
+    };
     let found = |neighbours: &[hnsw_rs::prelude::Neighbour]| -> Vec<(u64, f32)> {
         neighbours
             .iter()
@@ -80,11 +99,11 @@ fn search_segment(
             .map(|neighbour| (segment.key(neighbour.d_id), 1.0 - neighbour.distance))
             .collect()
     };
-    let plain = found(&segment.graph.search(query, ef, ef));
+    let plain = found(&graph.search(query, ef, ef));
     if plain.len() >= k || plain.len() >= segment.live_count() {
         return plain;
     }
-    found(&segment.graph.search_filter(query, k, ef, Some(&accept)))
+    found(&graph.search_filter(query, k, ef, Some(&accept)))
 }
 
 fn observe_search_wait(waited: std::time::Duration) {

@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 
 use hnsw_rs::prelude::{Hnsw, HnswIo, ReloadOptions};
 
+use super::flat::FlatGraph;
 use super::{
     from_stored, DenseIndexConfig, StoredElement, UnitDotDistance, EXHAUSTIVE_SEARCH_SLOTS,
 };
@@ -83,12 +84,6 @@ impl SegmentGraph {
             }
         }
     }
-
-    /// Whether the vectors are mapped from a data file (not held in memory).
-    #[cfg(test)]
-    pub fn is_mapped(&self) -> bool {
-        self.mapping.is_some()
-    }
 }
 
 impl Deref for SegmentGraph {
@@ -110,10 +105,18 @@ impl Drop for SegmentGraph {
     }
 }
 
+/// How a segment's vectors are searched: hnsw_rs's graph while the segment is built in this
+/// process (it takes inserts, and is what its files are written from), the flat form once it
+/// was read from its files (loaded at open, or a merge's result read back).
+pub enum Walk {
+    Hnsw(SegmentGraph),
+    Flat(FlatGraph),
+}
+
 pub struct Segment {
     /// Unique within the index, never reused: names the segment's files.
     pub id: u64,
-    pub graph: SegmentGraph,
+    pub walk: Walk,
     /// The key of each slot (hnsw_rs's data id is the slot number).
     slot_keys: Vec<AtomicU64>,
     slot_live: Vec<AtomicBool>,
@@ -156,12 +159,24 @@ impl Segment {
         Self::with_graph(id, SegmentGraph::owned(graph), vec![0; capacity], false)
     }
 
-    /// A segment over `graph` whose slots hold `keys`, every slot dead until marked live.
+    /// A segment over `graph` whose slots hold `keys`, every slot dead until marked live. A
+    /// `filled` graph (read from its files) takes no inserts: it is kept in its flat form, and
+    /// hnsw_rs's (with the map of its data file) is dropped.
     pub fn with_graph(id: u64, graph: SegmentGraph, keys: Vec<u64>, filled: bool) -> Self {
         let capacity = keys.len();
+        let walk = if filled {
+            let dim = if graph.get_nb_point() > 0 {
+                graph.get_point_indexation().get_data_dimension()
+            } else {
+                0
+            };
+            Walk::Flat(FlatGraph::from_graph(&graph, capacity, dim))
+        } else {
+            Walk::Hnsw(graph)
+        };
         let segment = Self {
             id,
-            graph,
+            walk,
             slot_keys: keys.into_iter().map(AtomicU64::new).collect(),
             slot_live: (0..capacity).map(|_| AtomicBool::new(false)).collect(),
             key_order: OnceLock::new(),
@@ -173,9 +188,13 @@ impl Segment {
                 .collect(),
         };
         // A small loaded graph: keep its vectors for the exact scan (nothing inserts meanwhile).
-        if filled && capacity <= EXHAUSTIVE_SEARCH_SLOTS && segment.graph.get_nb_point() > 0 {
-            for point in segment.graph.get_point_indexation() {
-                segment.keep_vector(point.get_origin_id(), point.get_v());
+        if let Walk::Flat(flat) = &segment.walk {
+            if capacity <= EXHAUSTIVE_SEARCH_SLOTS {
+                for slot in 0..flat.slots() {
+                    if let Some(codes) = flat.codes(slot) {
+                        segment.keep_vector(slot, codes);
+                    }
+                }
             }
         }
         if filled {
@@ -323,18 +342,42 @@ impl Segment {
         (0..self.reserved()).map(|slot| self.key(slot)).collect()
     }
 
+    /// hnsw_rs's graph of a segment built in this process (made by [`Segment::empty`]: the
+    /// live segment, a merge's result before it is read back); `None` for a flat one.
+    pub fn graph(&self) -> Option<&SegmentGraph> {
+        match &self.walk {
+            Walk::Hnsw(graph) => Some(graph),
+            Walk::Flat(_) => None,
+        }
+    }
+
+    /// The graph of a segment made by [`Segment::empty`], to insert into.
+    pub fn building_graph(&self) -> &SegmentGraph {
+        self.graph()
+            .expect("a segment made by Segment::empty holds hnsw_rs's graph")
+    }
+
     /// Copies of the live vectors with their slots, as stored.
     pub fn live_vectors(&self) -> Vec<(usize, Vec<StoredElement>)> {
         let mut live = Vec::with_capacity(self.live_count());
-        // hnsw_rs's point iterator unwraps the entry point: only walk a non-empty graph.
-        if self.graph.get_nb_point() == 0 {
-            return live;
-        }
-        for point in self.graph.get_point_indexation() {
-            let slot = point.get_origin_id();
-            if self.is_live(slot) {
-                live.push((slot, point.get_v().to_vec()));
+        match &self.walk {
+            Walk::Flat(flat) => {
+                for slot in 0..flat.slots() {
+                    if let Some(codes) = flat.codes(slot).filter(|_| self.is_live(slot)) {
+                        live.push((slot, codes.to_vec()));
+                    }
+                }
             }
+            // hnsw_rs's point iterator unwraps the entry point: only walk a non-empty graph.
+            Walk::Hnsw(graph) if graph.get_nb_point() > 0 => {
+                for point in graph.get_point_indexation() {
+                    let slot = point.get_origin_id();
+                    if self.is_live(slot) {
+                        live.push((slot, point.get_v().to_vec()));
+                    }
+                }
+            }
+            Walk::Hnsw(_) => {}
         }
         live
     }

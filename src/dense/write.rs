@@ -54,9 +54,9 @@ impl DenseIndex {
                 live.keep_vector(slot, vector);
             }
             if graph_batch.len() == 1 {
-                live.graph.insert_slice(graph_batch[0]);
+                live.building_graph().insert_slice(graph_batch[0]);
             } else {
-                live.graph.parallel_insert_slice(&graph_batch);
+                live.building_graph().parallel_insert_slice(&graph_batch);
             }
             for (offset, key) in keys.iter().enumerate() {
                 self.publish(&mut writer, &segments, first + offset, *key);

@@ -90,11 +90,19 @@ impl CollectionIndex {
                 ));
             }
         }
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
-            vec![(Occur::Must, Box::new(BooleanQuery::new(should)))];
-        clauses.extend(self.filter_clauses(filter));
-        let query = BooleanQuery::new(clauses);
-        top_by_score_then_key(&snapshot.searcher, &query, limit)?
+        let terms = BooleanQuery::new(should);
+        let filters = self.filter_clauses(filter);
+        // Unfiltered, the disjunction of term queries is the whole query: tantivy's top-k runs
+        // it with block-max WAND, skipping blocks of postings that cannot reach the k-th score.
+        // Nested under a MUST (as a filter needs), it is scored document by document.
+        let query: Box<dyn Query> = if filters.is_empty() {
+            Box::new(terms)
+        } else {
+            let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, Box::new(terms))];
+            clauses.extend(filters);
+            Box::new(BooleanQuery::new(clauses))
+        };
+        top_by_score_then_key(&snapshot.searcher, query.as_ref(), limit)?
             .into_iter()
             .map(|(score, address)| self.found(snapshot, score, address))
             .collect()
