@@ -20,10 +20,10 @@ use super::StoredElement;
 
 /// One layer's neighbour lists: those of the `i`-th member are `targets[spans[i]]`.
 #[derive(Debug, Default)]
-struct Adjacency {
+pub(super) struct Adjacency {
     /// (start, length) in `targets`.
-    spans: Box<[(u32, u32)]>,
-    targets: Box<[u32]>,
+    pub(super) spans: Box<[(u32, u32)]>,
+    pub(super) targets: Box<[u32]>,
 }
 
 impl Adjacency {
@@ -35,9 +35,9 @@ impl Adjacency {
 
 /// A layer above the lowest: its members (sorted slots) and their neighbour lists.
 #[derive(Debug, Default)]
-struct UpperLayer {
-    members: Box<[u32]>,
-    adjacency: Adjacency,
+pub(super) struct UpperLayer {
+    pub(super) members: Box<[u32]>,
+    pub(super) adjacency: Adjacency,
 }
 
 impl UpperLayer {
@@ -52,17 +52,17 @@ impl UpperLayer {
 /// The graph of a segment that takes no more inserts, read from hnsw_rs's (see the module doc).
 #[derive(Debug)]
 pub struct FlatGraph {
-    dim: usize,
+    pub(super) dim: usize,
     /// The codes of every slot, `dim` each, in slot order (zeros where the graph has no point).
-    codes: Box<[StoredElement]>,
+    pub(super) codes: Box<[StoredElement]>,
     /// Whether the graph holds a point for each slot.
-    present: Box<[bool]>,
+    pub(super) present: Box<[bool]>,
     /// Layer 0, indexed by slot.
-    layer0: Adjacency,
+    pub(super) layer0: Adjacency,
     /// Layers 1 and up, the lowest first.
-    upper: Vec<UpperLayer>,
+    pub(super) upper: Vec<UpperLayer>,
     /// Where every walk starts: a point of the top layer.
-    entry: Option<u32>,
+    pub(super) entry: Option<u32>,
 }
 
 /// A candidate of a walk: its similarity to the query, and its slot. Ordered by similarity,
@@ -209,6 +209,11 @@ impl FlatGraph {
             upper,
             entry: entry.map(|(_, slot)| slot),
         }
+    }
+
+    /// The dimension of its vectors.
+    pub fn dim(&self) -> usize {
+        self.dim
     }
 
     /// Slots the graph was built for.

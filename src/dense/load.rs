@@ -320,7 +320,7 @@ mod tests {
     fn a_damaged_segment_is_dropped_and_its_live_keys_come_back_as_missing() {
         let vectors = random_vectors(200, 16, 6);
         let dir = sealed_index_dir(&vectors);
-        let data = dir.path().join("seg-0.hnsw.data");
+        let data = dir.path().join("seg-0.flat");
         let mut bytes = std::fs::read(&data).expect("dumped");
         let middle = bytes.len() / 2;
         bytes[middle] ^= 0x40;
@@ -358,7 +358,7 @@ mod tests {
         );
         assert_eq!(reopened.counters().damaged_segments, 0);
         assert!(
-            !dir.path().join("seg-0.hnsw.data").exists(),
+            !dir.path().join("seg-0.flat").exists(),
             "the old segments' files are removed"
         );
         insert_missing_and_find_each(&reopened, &missing, &vectors);

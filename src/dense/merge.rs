@@ -277,7 +277,7 @@ mod tests {
         assert_eq!(index.counters().merges, 1);
         assert_eq!(index.len(), 300);
         assert!(index.segments_to_merge().is_none());
-        assert!(!dir.path().join("seg-0.hnsw.data").exists());
+        assert!(!dir.path().join("seg-0.flat").exists());
         let live = |id: u64| id >= 200 || id % 2 == 1;
         find_only_the_live(&index, &vectors, &live);
         let before = ids_of(&index.search(&vectors[1], 10, &|_| true).expect("ok"));

@@ -36,6 +36,7 @@
 
 mod element;
 mod flat;
+mod flat_file;
 mod load;
 mod merge;
 mod merge_policy;

@@ -1,23 +1,30 @@
-//! Sealed segments on disk: `seg-<id>.hnsw.graph` and `seg-<id>.hnsw.data` (hnsw_rs's own dump)
-//! and `seg-<id>.keys` (the key of each slot, u64 little-endian), listed with their CRC32s in
+//! Sealed segments on disk: `seg-<id>.flat` (the segment's [`FlatGraph`], see `flat_file`) and
+//! `seg-<id>.keys` (the key of each slot, u64 little-endian), listed with their CRC32s in
 //! `manifest.json`, which is replaced atomically (written to a temporary file, synced, renamed,
-//! the folder synced). A segment is trusted only when the manifest lists it and its files match
-//! their checksums; anything else in the folder is the leftover of an interrupted seal or merge.
+//! the folder synced). A segment of a format-3 manifest is hnsw_rs's own dump instead
+//! (`seg-<id>.hnsw.graph`, `seg-<id>.hnsw.data`): it is read by hnsw_rs and flattened, and goes
+//! when a merge takes it. A segment is trusted only when the manifest lists it and its files
+//! match their checksums; anything else in the folder is the leftover of an interrupted seal or
+//! merge.
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use hnsw_rs::prelude::AnnT;
 use serde::{Deserialize, Serialize};
 
-use super::segment::{Segment, SegmentGraph};
+use super::flat::FlatGraph;
+use super::flat_file;
+use super::segment::{graph_dim, Segment, SegmentGraph, Walk};
 use super::DenseError;
 
 pub const MANIFEST_FILE: &str = "manifest.json";
-/// 3: graphs of int8 codes (2 held half floats, 1 `f32`; their segments are rebuilt from the
-/// stored vectors, once).
-pub const MANIFEST_VERSION: u32 = 3;
+/// 4: segments written as flat graphs. 3 (hnsw_rs's dumps of int8 codes) is still read, its
+/// segments loaded through hnsw_rs; 2 held half floats, 1 `f32`: their segments are rebuilt
+/// from the stored vectors, once.
+pub const MANIFEST_VERSION: u32 = 4;
+/// The oldest manifest whose segments are read as they are.
+const OLDEST_READ_VERSION: u32 = 3;
 const SEGMENT_PREFIX: &str = "seg-";
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -31,7 +38,8 @@ pub struct Manifest {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SegmentEntry {
     pub id: u64,
-    /// hnsw_rs's basename: the graph and data files are `<basename>.hnsw.{graph,data}`.
+    /// `seg-<id>`; for hnsw_rs's dump (format 3), its basename: the graph and data files are
+    /// `<basename>.hnsw.{graph,data}`.
     pub basename: String,
     /// Slots, live or dead when sealed.
     pub vectors: usize,
@@ -49,6 +57,16 @@ impl SegmentEntry {
     pub fn file_names(&self) -> impl Iterator<Item = &str> {
         self.files.iter().map(|file| file.name.as_str())
     }
+
+    /// Whether the segment is written as a flat graph (else it is hnsw_rs's dump, format 3).
+    fn is_flat(&self) -> bool {
+        self.file_names().any(|name| name == flat_name(self.id))
+    }
+}
+
+/// The flat graph file of segment `id`.
+fn flat_name(id: u64) -> String {
+    format!("{SEGMENT_PREFIX}{id}.flat")
 }
 
 /// The manifest in `dir`, or `None` when there is none yet.
@@ -61,17 +79,17 @@ pub fn read_manifest(dir: &Path) -> Result<Option<Manifest>, DenseError> {
     };
     let manifest: Manifest = serde_json::from_slice(&bytes)
         .map_err(|error| DenseError::corrupt(&path, error.to_string()))?;
-    if manifest.version < MANIFEST_VERSION {
+    if manifest.version < OLDEST_READ_VERSION {
         return Err(DenseError::Outdated {
             path,
             version: manifest.version,
         });
     }
-    if manifest.version != MANIFEST_VERSION {
+    if manifest.version > MANIFEST_VERSION {
         return Err(DenseError::corrupt(
             &path,
             format!(
-                "manifest version {} is not {MANIFEST_VERSION}",
+                "manifest version {} is newer than this build's {MANIFEST_VERSION}",
                 manifest.version
             ),
         ));
@@ -106,11 +124,16 @@ fn check_names(entry: &SegmentEntry) -> Result<(), String> {
             entry.basename
         ));
     }
-    let mut wanted = [
-        format!("{}.hnsw.graph", entry.basename),
-        format!("{}.hnsw.data", entry.basename),
-        format!("{SEGMENT_PREFIX}{id}.keys"),
-    ];
+    let keys = format!("{SEGMENT_PREFIX}{id}.keys");
+    let mut wanted = if entry.is_flat() {
+        vec![flat_name(id), keys]
+    } else {
+        vec![
+            format!("{}.hnsw.graph", entry.basename),
+            format!("{}.hnsw.data", entry.basename),
+            keys,
+        ]
+    };
     let mut named: Vec<&str> = entry.file_names().collect();
     wanted.sort();
     named.sort_unstable();
@@ -131,7 +154,10 @@ pub fn segment_file_id(name: &str) -> Option<u64> {
         plain.then(|| digits.parse().ok()).flatten()
     }
     let rest = name.strip_prefix(SEGMENT_PREFIX)?;
-    if let Some(id) = rest.strip_suffix(".keys") {
+    if let Some(id) = rest
+        .strip_suffix(".keys")
+        .or_else(|| rest.strip_suffix(".flat"))
+    {
         return number(id);
     }
     let basename = rest
@@ -163,8 +189,8 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Writes `segment` (all its handed-out slots) to `dir` and returns its manifest entry; the
-/// files are synced, not yet listed.
+/// Writes `segment` (all its handed-out slots) to `dir` as its flat graph and its keys, and
+/// returns its manifest entry; the files are synced, not yet listed.
 pub fn dump_segment(dir: &Path, segment: &Segment) -> Result<SegmentEntry, DenseError> {
     // Not `create_dir_all`: a collection folder that is gone (deleted) must stay gone.
     match std::fs::create_dir(dir) {
@@ -173,57 +199,45 @@ pub fn dump_segment(dir: &Path, segment: &Segment) -> Result<SegmentEntry, Dense
         }
         _ => {}
     }
-    let wanted = format!("{SEGMENT_PREFIX}{}", segment.id);
-    let Some(graph) = segment.graph() else {
-        return Err(DenseError::io(
-            dir,
-            format!(
-                "segment {} was read from its files: it has no graph to write",
-                segment.id
-            ),
-        ));
+    let id = segment.id;
+    let keys = segment.keys();
+    let flat_path = dir.join(flat_name(id));
+    let write_flat = |flat: &FlatGraph| -> std::io::Result<()> {
+        let mut out = std::io::BufWriter::new(File::create(&flat_path)?);
+        flat_file::write(flat, &mut out)?;
+        out.into_inner()
+            .map_err(|error| error.into_error())?
+            .sync_all()
     };
-    // hnsw_rs panics (rather than failing) when it cannot create its files.
-    let dumped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        graph.file_dump(dir, &wanted)
-    }));
-    let basename = match dumped {
-        Ok(Ok(basename)) => basename,
-        Ok(Err(error)) => return Err(DenseError::io(dir, error)),
-        Err(_) => {
-            return Err(DenseError::io(
-                dir,
-                "hnsw_rs could not create its dump files",
-            ))
+    let written = match &segment.walk {
+        Walk::Flat(flat) => write_flat(flat),
+        Walk::Hnsw(graph) => {
+            write_flat(&FlatGraph::from_graph(graph, keys.len(), graph_dim(graph)))
         }
     };
-    let keys_name = format!("{wanted}.keys");
-    let keys = segment.keys();
+    written.map_err(|error| DenseError::io(&flat_path, error))?;
+    let keys_name = format!("{SEGMENT_PREFIX}{id}.keys");
     let mut bytes = Vec::with_capacity(8 * (keys.len() + 1));
     bytes.extend_from_slice(&(keys.len() as u64).to_le_bytes());
     for key in &keys {
         bytes.extend_from_slice(&key.to_le_bytes());
     }
     let keys_path = dir.join(&keys_name);
-    std::fs::write(&keys_path, &bytes).map_err(|error| DenseError::io(&keys_path, error))?;
+    let write_keys = || -> std::io::Result<()> {
+        let mut file = File::create(&keys_path)?;
+        file.write_all(&bytes)?;
+        file.sync_all()
+    };
+    write_keys().map_err(|error| DenseError::io(&keys_path, error))?;
     let mut files = Vec::new();
-    for name in [
-        format!("{basename}.hnsw.graph"),
-        format!("{basename}.hnsw.data"),
-        keys_name,
-    ] {
-        let path = dir.join(&name);
-        // hnsw_rs flushes but does not sync its files.
-        File::open(&path)
-            .and_then(|file| file.sync_all())
-            .map_err(|error| DenseError::io(&path, error))?;
-        let (bytes, crc32) = checksum(&path)?;
+    for name in [flat_name(id), keys_name] {
+        let (bytes, crc32) = checksum(&dir.join(&name))?;
         files.push(FileEntry { name, bytes, crc32 });
     }
     sync_dir(dir).map_err(|error| DenseError::io(dir, error))?;
     Ok(SegmentEntry {
-        id: segment.id,
-        basename,
+        id,
+        basename: format!("{SEGMENT_PREFIX}{id}"),
         vectors: keys.len(),
         files,
     })
@@ -263,18 +277,35 @@ pub fn load_segment_unverified(
             format!("{} keys, the manifest says {}", keys.len(), entry.vectors),
         ));
     }
-    // The checksums make a malformed dump (on which hnsw_rs may panic) unlikely.
-    let graph = SegmentGraph::load_mapped(dir, &entry.basename)
-        .map_err(|error| DenseError::corrupt(dir, error.to_string()))?;
-    if graph.get_nb_point() > 0 && graph.get_point_indexation().get_data_dimension() != dim {
-        return Err(DenseError::DimensionMismatch {
-            expected: dim,
-            got: graph.get_point_indexation().get_data_dimension(),
-        });
-    }
-    let segment = Segment::with_graph(entry.id, graph, keys, true);
+    let segment = if entry.is_flat() {
+        let path = dir.join(flat_name(entry.id));
+        let bytes = std::fs::read(&path).map_err(|error| DenseError::io(&path, error))?;
+        let flat = flat_file::read(&bytes).map_err(|why| DenseError::corrupt(&path, why))?;
+        if flat.slots() != keys.len() {
+            return Err(DenseError::corrupt(
+                &path,
+                format!("{} slots, its keys {}", flat.slots(), keys.len()),
+            ));
+        }
+        check_dim(dim, flat.dim())?;
+        Segment::with_flat(entry.id, flat, keys)
+    } else {
+        // The checksums make a malformed dump (on which hnsw_rs may panic) unlikely.
+        let graph = SegmentGraph::load_mapped(dir, &entry.basename)
+            .map_err(|error| DenseError::corrupt(dir, error.to_string()))?;
+        check_dim(dim, graph_dim(&graph))?;
+        Segment::with_graph(entry.id, graph, keys, true)
+    };
     segment.mark_persisted();
     Ok(segment)
+}
+
+/// A segment of vectors of `got` dimensions (0: none) in an index of `expected`.
+fn check_dim(expected: usize, got: usize) -> Result<(), DenseError> {
+    if got != 0 && got != expected {
+        return Err(DenseError::DimensionMismatch { expected, got });
+    }
+    Ok(())
 }
 
 /// Removes the files of segments the manifest does not list (and a stray temporary manifest),
@@ -376,11 +407,14 @@ mod tests {
     fn only_the_names_a_seal_writes_are_segment_files() {
         for (name, id) in [
             ("seg-7.keys", Some(7)),
+            ("seg-7.flat", Some(7)),
             ("seg-7.hnsw.graph", Some(7)),
             ("seg-12.hnsw.data", Some(12)),
             ("seg-12-4431.hnsw.data", Some(12)),
             ("seg-backup-manifest.json", None),
             ("seg-7.keys.bak", None),
+            ("seg-7.flat.tmp", None),
+            ("seg-x.flat", None),
             ("seg-.keys", None),
             ("seg-7-.hnsw.graph", None),
             ("seg-7-x.hnsw.graph", None),
@@ -396,6 +430,7 @@ mod tests {
     fn a_manifest_entry_may_name_only_its_own_files() {
         let own = ["seg-3.hnsw.graph", "seg-3.hnsw.data", "seg-3.keys"];
         assert!(check_names(&entry(3, "seg-3", &own)).is_ok());
+        assert!(check_names(&entry(3, "seg-3", &["seg-3.keys", "seg-3.flat"])).is_ok());
         let unique = ["seg-3-17.hnsw.data", "seg-3.keys", "seg-3-17.hnsw.graph"];
         assert!(check_names(&entry(3, "seg-3-17", &unique)).is_ok());
         for (id, basename, names) in [
@@ -415,6 +450,18 @@ mod tests {
                 &["seg-3.hnsw.graph", "seg-3.hnsw.data", "seg-4.keys"][..],
             ),
             (3, "seg-3", &["seg-3.hnsw.graph", "seg-3.hnsw.data"][..]),
+            (3, "seg-3", &["seg-3.flat"][..]),
+            (3, "seg-3", &["seg-4.flat", "seg-3.keys"][..]),
+            (
+                3,
+                "seg-3",
+                &["seg-3.flat", "seg-3.keys", "../meta.json"][..],
+            ),
+            (
+                3,
+                "seg-3",
+                &["seg-3.flat", "seg-3.keys", "seg-3.hnsw.graph"][..],
+            ),
             (
                 3,
                 "seg-4",
@@ -429,6 +476,74 @@ mod tests {
             let error = check_names(&entry(id, basename, names)).expect_err("refused");
             assert!(error.contains(&format!("segment {id}")), "{error}");
         }
+    }
+
+    /// An index a build before flat files wrote (manifest format 3, hnsw_rs's dumps) opens as it
+    /// is: each segment read by hnsw_rs and flattened, its vectors found, nothing replayed.
+    #[test]
+    fn segments_of_hnsw_rs_dumps_still_load() {
+        use hnsw_rs::prelude::{AnnT, Hnsw};
+
+        use super::super::test_util::random_vectors;
+        use super::super::{to_stored, UnitDotDistance};
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vectors = random_vectors(1500, 16, 21);
+        let graph: super::super::segment::Graph = Hnsw::new(16, 1500, 16, 100, UnitDotDistance);
+        let codes: Vec<Vec<i8>> = vectors.iter().map(|v| to_stored(v)).collect();
+        let batch: Vec<(&[i8], usize)> = codes
+            .iter()
+            .enumerate()
+            .map(|(s, c)| (c.as_slice(), s))
+            .collect();
+        graph.parallel_insert_slice(&batch);
+        let basename = graph.file_dump(dir.path(), "seg-0").expect("dumps");
+        let keys: Vec<u64> = (0..1500u64).map(|slot| 1000 + slot).collect();
+        let mut key_bytes = (keys.len() as u64).to_le_bytes().to_vec();
+        keys.iter()
+            .for_each(|key| key_bytes.extend_from_slice(&key.to_le_bytes()));
+        std::fs::write(dir.path().join("seg-0.keys"), key_bytes).expect("keys");
+        let files = [
+            format!("{basename}.hnsw.graph"),
+            format!("{basename}.hnsw.data"),
+            "seg-0.keys".into(),
+        ]
+        .into_iter()
+        .map(|name| {
+            let (bytes, crc32) = checksum(&dir.path().join(&name)).expect("written");
+            FileEntry { name, bytes, crc32 }
+        })
+        .collect();
+        let entry = SegmentEntry {
+            id: 0,
+            basename,
+            vectors: 1500,
+            files,
+        };
+        write_manifest(
+            dir.path(),
+            &Manifest {
+                version: 3,
+                dim: 16,
+                segments: vec![entry.clone()],
+            },
+        )
+        .expect("manifest");
+
+        let manifest = read_manifest(dir.path())
+            .expect("format 3 is read")
+            .expect("listed");
+        let segment = load_segment(dir.path(), &manifest.segments[0], 16).expect("loads");
+        assert!(segment.graph().is_none(), "flattened");
+        for slot in (0..1500).step_by(50) {
+            segment.set_live(slot);
+        }
+        let unit = &vectors[700];
+        match &segment.walk {
+            Walk::Flat(flat) => assert_eq!(flat.search(unit, 16)[0].0, 700),
+            Walk::Hnsw(_) => unreachable!("flattened"),
+        }
+        assert_eq!(segment.key(700), 1700);
     }
 
     #[test]

@@ -141,7 +141,7 @@ mod tests {
         index.delete(5);
         assert!(index.scrub(&mut |_| true).is_empty(), "intact");
 
-        let data = dir.path().join("seg-0.hnsw.data");
+        let data = dir.path().join("seg-0.flat");
         let mut bytes = std::fs::read(&data).expect("read");
         let middle = bytes.len() / 2;
         bytes[middle] ^= 0x40;
@@ -149,7 +149,7 @@ mod tests {
         let damaged = index.scrub(&mut |_| true);
         assert_eq!(damaged.len(), 1, "{damaged:?}");
         assert_eq!(damaged[0].0, 0);
-        assert!(damaged[0].1.contains("seg-0.hnsw.data"), "{damaged:?}");
+        assert!(damaged[0].1.contains("seg-0.flat"), "{damaged:?}");
 
         let live = index.drop_segment(0);
         assert_eq!(live.len(), 99, "segment 0's live keys, key 5 deleted");

@@ -113,6 +113,15 @@ pub enum Walk {
     Flat(FlatGraph),
 }
 
+/// The dimension of `graph`'s vectors (0 for a graph without points).
+pub fn graph_dim(graph: &Graph) -> usize {
+    if graph.get_nb_point() > 0 {
+        graph.get_point_indexation().get_data_dimension()
+    } else {
+        0
+    }
+}
+
 pub struct Segment {
     /// Unique within the index, never reused: names the segment's files.
     pub id: u64,
@@ -163,17 +172,22 @@ impl Segment {
     /// `filled` graph (read from its files) takes no inserts: it is kept in its flat form, and
     /// hnsw_rs's (with the map of its data file) is dropped.
     pub fn with_graph(id: u64, graph: SegmentGraph, keys: Vec<u64>, filled: bool) -> Self {
-        let capacity = keys.len();
         let walk = if filled {
-            let dim = if graph.get_nb_point() > 0 {
-                graph.get_point_indexation().get_data_dimension()
-            } else {
-                0
-            };
-            Walk::Flat(FlatGraph::from_graph(&graph, capacity, dim))
+            Walk::Flat(FlatGraph::from_graph(&graph, keys.len(), graph_dim(&graph)))
         } else {
             Walk::Hnsw(graph)
         };
+        Self::with_walk(id, walk, keys, filled)
+    }
+
+    /// A segment read from its flat file, whose slots hold `keys`, every slot dead until marked
+    /// live.
+    pub fn with_flat(id: u64, flat: FlatGraph, keys: Vec<u64>) -> Self {
+        Self::with_walk(id, Walk::Flat(flat), keys, true)
+    }
+
+    fn with_walk(id: u64, walk: Walk, keys: Vec<u64>, filled: bool) -> Self {
+        let capacity = keys.len();
         let segment = Self {
             id,
             walk,

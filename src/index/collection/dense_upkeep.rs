@@ -508,7 +508,7 @@ mod tests {
     fn a_damaged_segment_file_is_detected_and_repaired_from_the_stored_vectors() {
         let data_dir = tempfile::tempdir().unwrap();
         let path = sealed_collection(data_dir.path());
-        let graph = data_dir.path().join("dense/seg-0.hnsw.graph");
+        let graph = data_dir.path().join("dense/seg-0.flat");
         let mut bytes = std::fs::read(&graph).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 0x01;
