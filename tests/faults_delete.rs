@@ -175,8 +175,8 @@ async fn a_manifest_naming_files_outside_its_segments_is_refused_and_those_files
         serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
     let segments = manifest["segments"].as_array_mut().unwrap();
     assert!(segments.len() >= 2, "{manifest_path:?}: too few segments");
-    segments[0]["files"][2]["name"] = "../index/meta.json".into();
-    segments[1]["files"][2]["name"] = outside.display().to_string().into();
+    segments[0]["files"][1]["name"] = "../index/meta.json".into();
+    segments[1]["files"][1]["name"] = outside.display().to_string().into();
     std::fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
 
     let (server, mut client) = start(&data).await;

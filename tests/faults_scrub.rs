@@ -135,7 +135,7 @@ async fn a_dense_segment_changed_under_a_running_server_is_rebuilt_from_the_stor
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let before = answers(&mut client, "d").await;
     let dense = data.join("collections/d/dense");
-    let segment = largest_with_extension(&dense, "data");
+    let segment = largest_with_extension(&dense, "flat");
     flip_middle_byte(&segment);
     let line = binary::wait_for_line(
         &server.log,

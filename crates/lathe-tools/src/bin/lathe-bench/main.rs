@@ -26,6 +26,7 @@
 //!
 //! Example: `lathe-bench --corpus /tmp/lathe-debian-docs --sizes 10000,100000`
 
+mod compare;
 mod grpc;
 mod report;
 mod size;
@@ -124,6 +125,11 @@ pub(crate) struct Args {
     /// run one at a time) to --out.
     #[arg(long, value_delimiter = ',')]
     pub(crate) from_csv: Vec<PathBuf>,
+    /// Measure nothing: compare builds, each `LABEL=CSV` (an earlier run's results.csv; a label
+    /// given again adds rows): writes compare.md and compare.svg (p50 against size, a line per
+    /// build and client count) to --out.
+    #[arg(long, value_parser = compare::parse_compare)]
+    pub(crate) compare: Vec<(String, PathBuf)>,
 }
 
 fn validate(args: &Args) -> anyhow::Result<()> {
@@ -145,6 +151,9 @@ fn validate(args: &Args) -> anyhow::Result<()> {
 fn run(args: Args) -> anyhow::Result<()> {
     if !args.from_csv.is_empty() {
         return replot(&args);
+    }
+    if !args.compare.is_empty() {
+        return compare::compare(&args);
     }
     validate(&args)?;
     let corpus = load_corpus(&args.corpus)?;

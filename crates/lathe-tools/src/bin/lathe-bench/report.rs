@@ -127,7 +127,7 @@ fn stage_table(reports: &[SizeReport]) -> String {
 
 /// The rows of a `results.csv` (columns found by name; one missing, as in files written before
 /// it existed, reads as 0).
-fn parse_csv(text: &str) -> anyhow::Result<Vec<SizeReport>> {
+pub(crate) fn parse_csv(text: &str) -> anyhow::Result<Vec<SizeReport>> {
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().context("empty CSV")?.split(',').collect();
     let mut reports = Vec::new();
@@ -300,7 +300,7 @@ fn points(reports: &[SizeReport], value: impl Fn(&SizeReport) -> f64) -> Vec<(f6
 }
 
 /// (min, max) of positive values; (1, 10) when there are none.
-fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
+pub(crate) fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
     let (low, high) = values.fold((f64::INFINITY, 0.0f64), |(low, high), v| {
         (low.min(v), high.max(v))
     });
