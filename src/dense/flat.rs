@@ -49,6 +49,38 @@ impl UpperLayer {
     }
 }
 
+/// An upper layer as [`FlatGraph::from_graph`] meets its members, in any order.
+#[derive(Default)]
+struct UpperBuilder {
+    /// (slot, start in `targets`, length).
+    members: Vec<(u32, u32, u32)>,
+    targets: Vec<u32>,
+}
+
+impl UpperBuilder {
+    fn add(&mut self, slot: u32, targets: impl Iterator<Item = u32>) {
+        let start = self.targets.len() as u32;
+        self.targets.extend(targets);
+        self.members
+            .push((slot, start, self.targets.len() as u32 - start));
+    }
+
+    fn finish(mut self) -> UpperLayer {
+        self.members.sort_unstable_by_key(|&(slot, _, _)| slot);
+        UpperLayer {
+            members: self.members.iter().map(|&(slot, _, _)| slot).collect(),
+            adjacency: Adjacency {
+                spans: self
+                    .members
+                    .iter()
+                    .map(|&(_, start, len)| (start, len))
+                    .collect(),
+                targets: self.targets.into_boxed_slice(),
+            },
+        }
+    }
+}
+
 /// The graph of a segment that takes no more inserts, read from hnsw_rs's (see the module doc).
 #[derive(Debug)]
 pub struct FlatGraph {
@@ -135,8 +167,7 @@ impl FlatGraph {
         let mut layer0_spans = vec![(0u32, 0u32); slots];
         let mut layer0_targets: Vec<u32> =
             Vec::with_capacity(slots * 2 * graph.get_max_nb_connection() as usize);
-        // Per upper layer: (slot, start, length) and the targets.
-        let mut upper: Vec<(Vec<(u32, u32, u32)>, Vec<u32>)> = Vec::new();
+        let mut upper: Vec<UpperBuilder> = Vec::new();
         let mut entry: Option<(u8, u32)> = None;
         if graph.get_nb_point() > 0 {
             for point in graph.get_point_indexation() {
@@ -174,30 +205,12 @@ impl FlatGraph {
                         if upper.len() < layer {
                             upper.resize_with(layer, Default::default);
                         }
-                        let (members, all) = &mut upper[layer - 1];
-                        let start = all.len() as u32;
-                        all.extend(targets);
-                        members.push((slot32, start, all.len() as u32 - start));
+                        upper[layer - 1].add(slot32, targets);
                     }
                 }
             }
         }
-        let upper = upper
-            .into_iter()
-            .map(|(mut members, targets)| {
-                members.sort_unstable_by_key(|&(slot, _, _)| slot);
-                UpperLayer {
-                    members: members.iter().map(|&(slot, _, _)| slot).collect(),
-                    adjacency: Adjacency {
-                        spans: members
-                            .iter()
-                            .map(|&(_, start, len)| (start, len))
-                            .collect(),
-                        targets: targets.into_boxed_slice(),
-                    },
-                }
-            })
-            .collect();
+        let upper = upper.into_iter().map(UpperBuilder::finish).collect();
         Self {
             dim,
             codes,
