@@ -116,7 +116,7 @@ fn matrix(out: &mut String, cells: &[Cell], systems: &[String], budgets: &[u32],
 
 /// Colours told apart by most readers, colour-blind ones included (Okabe and Ito's palette without
 /// its yellow, which is unreadable on white), then greys.
-const COLOURS: [RGBColor; 9] = [
+pub const COLOURS: [RGBColor; 9] = [
     RGBColor(0, 0, 0),
     RGBColor(230, 159, 0),
     RGBColor(86, 180, 233),

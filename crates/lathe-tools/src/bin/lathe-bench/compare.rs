@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use plotters::prelude::*;
 
-use lathe_tools::eval::report::{draw_axes, draw_legend, draw_line_with_markers};
+use lathe_tools::eval::report::{draw_axes, draw_legend, draw_line_with_markers, COLOURS};
 
 use crate::report::{bounds, parse_csv, SizeReport};
 use crate::Args;
@@ -116,7 +116,7 @@ fn compare_svg(path: &Path, builds: &[Build], clients: usize) -> anyhow::Result<
         .map_err(|e| plot_error(&e))?;
     draw_axes(&mut chart, "sections", "milliseconds").map_err(|e| plot_error(&e))?;
     for (i, (label, points)) in series.into_iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+        let color = COLOURS[i % COLOURS.len()].to_rgba();
         draw_line_with_markers(&mut chart, &label, points, color).map_err(|e| plot_error(&e))?;
     }
     draw_legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(|e| plot_error(&e))?;
