@@ -355,20 +355,13 @@ mod tests {
 
     use hnsw_rs::prelude::Hnsw;
 
-    use super::super::test_util::{exact_top, random_vectors};
+    use super::super::test_util::{exact_top, hnsw_graph, random_vectors};
     use super::super::{to_stored, UnitDotDistance};
     use super::*;
 
     /// hnsw_rs's graph of `vectors` (slot = position) as a segment builds it, and its flat form.
     fn graphs(vectors: &[Vec<f32>]) -> (Graph, FlatGraph) {
-        let graph: Graph = Hnsw::new(16, vectors.len(), 16, 100, UnitDotDistance);
-        let codes: Vec<Vec<StoredElement>> = vectors.iter().map(|v| to_stored(v)).collect();
-        let batch: Vec<(&[StoredElement], usize)> = codes
-            .iter()
-            .enumerate()
-            .map(|(slot, c)| (c.as_slice(), slot))
-            .collect();
-        graph.parallel_insert_slice(&batch);
+        let graph = hnsw_graph(vectors);
         let flat = FlatGraph::from_graph(&graph, vectors.len(), vectors[0].len());
         (graph, flat)
     }

@@ -170,26 +170,11 @@ pub fn read(bytes: &[u8]) -> Result<FlatGraph, String> {
 
 #[cfg(test)]
 mod tests {
-    use hnsw_rs::prelude::Hnsw;
-
-    use super::super::segment::Graph;
-    use super::super::test_util::random_vectors;
-    use super::super::{to_stored, UnitDotDistance};
+    use super::super::test_util::{hnsw_graph, random_vectors};
     use super::*;
 
     fn flat_of(count: usize, dim: usize, seed: u64) -> FlatGraph {
-        let graph: Graph = Hnsw::new(16, count.max(1), 16, 100, UnitDotDistance);
-        let codes: Vec<Vec<StoredElement>> = random_vectors(count, dim, seed)
-            .iter()
-            .map(|v| to_stored(v))
-            .collect();
-        let batch: Vec<(&[StoredElement], usize)> = codes
-            .iter()
-            .enumerate()
-            .map(|(slot, c)| (c.as_slice(), slot))
-            .collect();
-        graph.parallel_insert_slice(&batch);
-        FlatGraph::from_graph(&graph, count, dim)
+        FlatGraph::from_graph(&hnsw_graph(&random_vectors(count, dim, seed)), count, dim)
     }
 
     fn bytes_of(graph: &FlatGraph) -> Vec<u8> {

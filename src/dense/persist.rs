@@ -482,21 +482,13 @@ mod tests {
     /// is: each segment read by hnsw_rs and flattened, its vectors found, nothing replayed.
     #[test]
     fn segments_of_hnsw_rs_dumps_still_load() {
-        use hnsw_rs::prelude::{AnnT, Hnsw};
+        use hnsw_rs::prelude::AnnT;
 
-        use super::super::test_util::random_vectors;
-        use super::super::{to_stored, UnitDotDistance};
+        use super::super::test_util::{hnsw_graph, random_vectors};
 
         let dir = tempfile::tempdir().expect("tempdir");
         let vectors = random_vectors(1500, 16, 21);
-        let graph: super::super::segment::Graph = Hnsw::new(16, 1500, 16, 100, UnitDotDistance);
-        let codes: Vec<Vec<i8>> = vectors.iter().map(|v| to_stored(v)).collect();
-        let batch: Vec<(&[i8], usize)> = codes
-            .iter()
-            .enumerate()
-            .map(|(s, c)| (c.as_slice(), s))
-            .collect();
-        graph.parallel_insert_slice(&batch);
+        let graph = hnsw_graph(&vectors);
         let basename = graph.file_dump(dir.path(), "seg-0").expect("dumps");
         let keys: Vec<u64> = (0..1500u64).map(|slot| 1000 + slot).collect();
         let mut key_bytes = (keys.len() as u64).to_le_bytes().to_vec();

@@ -4,7 +4,8 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use super::{from_stored, to_stored, DenseIndex, DenseIndexConfig};
+use super::segment::Graph;
+use super::{from_stored, to_stored, DenseIndex, DenseIndexConfig, StoredElement, UnitDotDistance};
 use crate::embed::{dot, l2_normalize};
 
 /// `dim` deterministic pseudo-random components in [-1, 1] (xorshift), `seed` carried on.
@@ -116,4 +117,19 @@ pub(super) fn find_each(index: &DenseIndex, vectors: &[Vec<f32>]) {
             id as u64
         );
     }
+}
+
+/// hnsw_rs's graph of `vectors` (slot = position), built as a segment builds one (M 16,
+/// `ef_construction` 100).
+pub(super) fn hnsw_graph(vectors: &[Vec<f32>]) -> Graph {
+    let graph: Graph =
+        hnsw_rs::prelude::Hnsw::new(16, vectors.len().max(1), 16, 100, UnitDotDistance);
+    let codes: Vec<Vec<StoredElement>> = vectors.iter().map(|v| to_stored(v)).collect();
+    let batch: Vec<(&[StoredElement], usize)> = codes
+        .iter()
+        .enumerate()
+        .map(|(slot, c)| (c.as_slice(), slot))
+        .collect();
+    graph.parallel_insert_slice(&batch);
+    graph
 }

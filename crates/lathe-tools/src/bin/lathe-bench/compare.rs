@@ -5,11 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use plotters::prelude::*;
 
-use lathe_tools::eval::report::{draw_axes, draw_legend, draw_line_with_markers, COLOURS};
-
-use crate::report::{bounds, parse_csv, SizeReport};
+use crate::report::{draw_log_log, parse_csv, SizeReport};
 use crate::Args;
 
 /// One build's results: its label and its rows, sorted by size.
@@ -81,7 +78,6 @@ fn compare_table(builds: &[Build], clients: usize) -> String {
 }
 
 fn compare_svg(path: &Path, builds: &[Build], clients: usize) -> anyhow::Result<()> {
-    let plot_error = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
     let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for build in builds {
         let line = |value: &dyn Fn(&SizeReport) -> f64| -> Vec<(f64, f64)> {
@@ -100,28 +96,7 @@ fn compare_svg(path: &Path, builds: &[Build], clients: usize) -> anyhow::Result<
             line(&|r| r.many_clients.p50_ms),
         ));
     }
-    let (x_low, x_high) = bounds(series.iter().flat_map(|(_, p)| p.iter().map(|(x, _)| *x)));
-    let (y_low, y_high) = bounds(series.iter().flat_map(|(_, p)| p.iter().map(|(_, y)| *y)));
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| plot_error(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Retrieve p50 vs collection size", ("sans-serif", 24))
-        .margin(20)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(
-            (x_low * 0.7..x_high * 1.4).log_scale(),
-            (y_low * 0.7..y_high * 1.4).log_scale(),
-        )
-        .map_err(|e| plot_error(&e))?;
-    draw_axes(&mut chart, "sections", "milliseconds").map_err(|e| plot_error(&e))?;
-    for (i, (label, points)) in series.into_iter().enumerate() {
-        let color = COLOURS[i % COLOURS.len()].to_rgba();
-        draw_line_with_markers(&mut chart, &label, points, color).map_err(|e| plot_error(&e))?;
-    }
-    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(|e| plot_error(&e))?;
-    root.present().map_err(|e| plot_error(&e))?;
-    Ok(())
+    draw_log_log(path, "Retrieve p50 vs collection size", series)
 }
 
 #[cfg(test)]

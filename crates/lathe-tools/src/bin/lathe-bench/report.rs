@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Context;
 use plotters::prelude::*;
 
-use lathe_tools::eval::report::{draw_axes, draw_legend, draw_line_with_markers};
+use lathe_tools::eval::report::{draw_axes, draw_legend, draw_line_with_markers, COLOURS};
 use lathe_tools::proc_status::Resident;
 
 use crate::Args;
@@ -234,7 +234,6 @@ fn csv_table(reports: &[SizeReport]) -> String {
 
 /// Latency and open time (both in ms, log scales) against corpus size.
 fn latency_svg(path: &Path, reports: &[SizeReport], clients: usize) -> anyhow::Result<()> {
-    let plot_error = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
     let series: Vec<(String, Vec<(f64, f64)>)> = vec![
         (
             "p50, 1 client".into(),
@@ -261,7 +260,22 @@ fn latency_svg(path: &Path, reports: &[SizeReport], clients: usize) -> anyhow::R
             points(reports, |r| r.open_killed_seconds * 1e3),
         ),
     ];
-    let xs = reports.iter().map(|r| r.sections.max(1) as f64);
+    draw_log_log(
+        path,
+        "Retrieve latency and open time vs corpus size",
+        series,
+    )
+}
+
+/// `series` (label, points) as lines with markers on log-log axes, sections against
+/// milliseconds, with a legend, drawn to `path`.
+pub(crate) fn draw_log_log(
+    path: &Path,
+    caption: &str,
+    series: Vec<(String, Vec<(f64, f64)>)>,
+) -> anyhow::Result<()> {
+    let plot_error = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
+    let xs = series.iter().flat_map(|(_, p)| p.iter().map(|(x, _)| *x));
     let ys = series
         .iter()
         .flat_map(|(_, p)| p.iter().map(|(_, y)| y.max(0.01)));
@@ -270,10 +284,7 @@ fn latency_svg(path: &Path, reports: &[SizeReport], clients: usize) -> anyhow::R
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| plot_error(&e))?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "Retrieve latency and open time vs corpus size",
-            ("sans-serif", 24),
-        )
+        .caption(caption, ("sans-serif", 24))
         .margin(20)
         .x_label_area_size(45)
         .y_label_area_size(60)
@@ -284,7 +295,7 @@ fn latency_svg(path: &Path, reports: &[SizeReport], clients: usize) -> anyhow::R
         .map_err(|e| plot_error(&e))?;
     draw_axes(&mut chart, "sections", "milliseconds").map_err(|e| plot_error(&e))?;
     for (i, (label, points)) in series.into_iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+        let color = COLOURS[i % COLOURS.len()].to_rgba();
         draw_line_with_markers(&mut chart, &label, points, color).map_err(|e| plot_error(&e))?;
     }
     draw_legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(|e| plot_error(&e))?;
