@@ -27,11 +27,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use lathe::config::Config;
-use lathe::dense::DenseIndexConfig;
 use lathe::embed::{Embedder, StaticEmbedder};
 use lathe::index::CollectionIndex;
 use lathe::query::coarse::{self, Fusion};
 use lathe::query::plan::resolve_top_k;
+use lathe::service::dense_index_config;
 use lathe::types::Filter;
 use lathe_tools::scale_corpus::{corpus_queries, load_corpus};
 
@@ -50,8 +50,7 @@ fn section_tokens(collection: &std::path::Path) -> u32 {
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     let json: serde_json::Value = serde_json::from_str(&text).expect("collection.json is JSON");
-    json.pointer("/settings/section_tokens")
-        .or_else(|| json.get("section_tokens"))
+    json.get("section_tokens")
         .and_then(serde_json::Value::as_u64)
         .expect("collection.json names section_tokens") as u32
 }
@@ -109,10 +108,8 @@ fn main() {
     let ef = env_or("LATHE_COARSE_EF", config.dense.ef_search);
 
     let embedder = StaticEmbedder::from_models_dir(&models).expect("the static model");
-    let mut dense = DenseIndexConfig::new(embedder.dim());
-    dense.seal_vectors = config.dense.seal_vectors;
+    let mut dense = dense_index_config(&config.dense, embedder.dim());
     dense.ef_search = ef;
-    dense.max_segment_vectors = config.dense.max_segment_vectors;
     let opening = Instant::now();
     let index = CollectionIndex::open_or_create_with(
         &collection.join("index"),

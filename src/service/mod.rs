@@ -91,15 +91,9 @@ impl Engine {
         metrics.register(Box::new(DENSE_SEARCH_WAIT_MAX_SECONDS.clone()));
         let models_dir = config.models.dir.clone();
         let embedder = open_embedder(&config)?;
-        let dense = embedder.as_ref().map(|e| {
-            let mut dense = DenseIndexConfig::new(e.dim());
-            dense.seal_vectors = config.dense.seal_vectors;
-            dense.rebuild_dead_share = config.dense.rebuild_dead_share;
-            dense.ef_search = config.dense.ef_search;
-            dense.load_threads = config.dense.load_threads;
-            dense.max_segment_vectors = config.dense.max_segment_vectors;
-            dense
-        });
+        let dense = embedder
+            .as_ref()
+            .map(|e| dense_index_config(&config.dense, e.dim()));
         let storage = &config.storage;
         let writer_settings = WriterSettings {
             memory_bytes: storage.writer_memory_bytes,
@@ -370,6 +364,18 @@ fn chunking_from_stored(stored: &StoredSettings) -> ChunkingSpec {
         separators: Vec::new(),
         semantic: None,
     }
+}
+
+/// The dense index settings of a collection whose vectors have `dim` dimensions, from the
+/// server's `[dense]` configuration.
+pub fn dense_index_config(settings: &crate::config::DenseConfig, dim: usize) -> DenseIndexConfig {
+    let mut dense = DenseIndexConfig::new(dim);
+    dense.seal_vectors = settings.seal_vectors;
+    dense.rebuild_dead_share = settings.rebuild_dead_share;
+    dense.ef_search = settings.ef_search;
+    dense.load_threads = settings.load_threads;
+    dense.max_segment_vectors = settings.max_segment_vectors;
+    dense
 }
 
 #[cfg(test)]
