@@ -2,9 +2,10 @@
 //! the shared pool that runs it, and the dense index kept in step. Knows nothing of the catalog.
 //!
 //! Files import one way, bottom up: `records`, `stems` → `schema` → `section_document`;
-//! `store_reads` → `storage` → `integrity`; `snapshot` (the [`Snapshot`]) → `dense_upkeep` →
-//! `writer` (over `writer_pool`) → `handle` (the [`CollectionIndex`] and its open) → `reader`
-//! and `inspect` (more methods of [`CollectionIndex`]). Nothing imports what imports it.
+//! `store_reads` → `storage` → `integrity`; `snapshot` (the [`Snapshot`]) → `top_k` (BM25's
+//! top-k across segments); `snapshot` → `dense_upkeep` → `writer` (over `writer_pool`) →
+//! `handle` (the [`CollectionIndex`] and its open) → `reader` and `inspect` (more methods of
+//! [`CollectionIndex`]). Nothing imports what imports it.
 
 mod backup;
 mod dense_upkeep;
@@ -22,6 +23,7 @@ pub mod storage;
 mod store_reads;
 #[cfg(test)]
 mod testing;
+mod top_k;
 mod writer;
 pub mod writer_pool;
 

@@ -11,13 +11,14 @@ use tantivy::collector::{Count, TopDocs};
 use tantivy::directory::OwnedBytes;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
 use tantivy::schema::IndexRecordOption;
-use tantivy::{DocAddress, Score, Searcher, Term};
+use tantivy::{DocAddress, Term};
 
 use super::handle::CollectionIndex;
 use super::records::{SectionHit, StoredEmbedding};
 use super::schema::{self, metadata_term};
 use super::section_document::{decode_ranges, decode_verified_section, StoredSection};
 use super::snapshot::{stored_document_id, FoundSection, Snapshot};
+use super::top_k::top_by_score_then_key;
 use crate::error::{LatheError, Result};
 use crate::types::{CollectionStats, DenseStats, Filter};
 
@@ -102,7 +103,7 @@ impl CollectionIndex {
             clauses.extend(filters);
             Box::new(BooleanQuery::new(clauses))
         };
-        top_by_score_then_key(&snapshot.searcher, query.as_ref(), limit)?
+        top_by_score_then_key(snapshot, query.as_ref(), limit)?
             .into_iter()
             .map(|(score, address)| self.found(snapshot, score, address))
             .collect()
@@ -370,46 +371,6 @@ impl CollectionIndex {
 
 fn constant_zero(query: impl Query) -> Box<dyn Query> {
     Box::new(ConstScoreQuery::new(Box::new(query), 0.0))
-}
-
-/// The best `limit` documents by score, equal scores by the lower section key: the same
-/// sections come back whatever the segments look like (on every replica, after any merge), where
-/// tantivy's own order breaks ties by segment and position. Tantivy's pruned top-k is asked for
-/// more than `limit` until what it returns ends below the `limit`-th score, so that every document
-/// tied with the `limit`-th is among them; usually the first ask.
-fn top_by_score_then_key(
-    searcher: &Searcher,
-    query: &dyn Query,
-    limit: usize,
-) -> Result<Vec<(Score, DocAddress)>> {
-    let mut fetch = limit + 1;
-    let top = loop {
-        let top = searcher.search(query, &TopDocs::with_limit(fetch).order_by_score())?;
-        let complete = top.len() < fetch || top[fetch - 1].0 < top[limit - 1].0;
-        if complete {
-            break top;
-        }
-        fetch *= 2;
-    };
-    let key_of = |address: DocAddress| {
-        searcher
-            .segment_reader(address.segment_ord)
-            .fast_fields()
-            .u64("section_key")
-            .ok()
-            .and_then(|keys| keys.first(address.doc_id))
-            .unwrap_or(0)
-    };
-    let mut keyed: Vec<(Score, u64, DocAddress)> = top
-        .into_iter()
-        .map(|(score, address)| (score, key_of(address), address))
-        .collect();
-    keyed.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    keyed.truncate(limit);
-    Ok(keyed
-        .into_iter()
-        .map(|(score, _, address)| (score, address))
-        .collect())
 }
 
 #[cfg(test)]

@@ -1,0 +1,247 @@
+//! The best sections for a scored query across a snapshot's segments, equal scores by section
+//! key. tantivy's `TopDocs` starts every segment's block-max WAND from nothing, so each of a
+//! large index's segments pays to find its own `k` candidates before it can skip a block; here
+//! the segments are searched largest first and each starts from the `k`-th best score found so
+//! far, so the later ones skip every block that cannot enter the answer.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use tantivy::query::{EnableScoring, Query};
+use tantivy::{DocAddress, Score, Searcher};
+
+use super::snapshot::Snapshot;
+use crate::error::Result;
+
+/// The best `limit` documents for `query` by score, equal scores by the lower section key: the
+/// same sections come back whatever the segments look like (on every replica, after any merge),
+/// where tantivy's own order breaks ties by segment and position. The pruned search is asked for
+/// more than `limit` until what it returns ends below the `limit`-th score, so that every
+/// document tied with the `limit`-th is among them; usually the first ask.
+pub(super) fn top_by_score_then_key(
+    snapshot: &Snapshot,
+    query: &dyn Query,
+    limit: usize,
+) -> Result<Vec<(Score, DocAddress)>> {
+    let mut fetch = limit + 1;
+    let top = loop {
+        let top = top_scored(&snapshot.searcher, query, fetch)?;
+        let complete = top.len() < fetch || top[fetch - 1].0 < top[limit - 1].0;
+        if complete {
+            break top;
+        }
+        fetch *= 2;
+    };
+    let mut keyed: Vec<(Score, u64, DocAddress)> = top
+        .into_iter()
+        .map(|(score, address)| {
+            let key = snapshot.section_key_at(address).unwrap_or(0);
+            (score, key, address)
+        })
+        .collect();
+    keyed.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    keyed.truncate(limit);
+    Ok(keyed
+        .into_iter()
+        .map(|(score, _, address)| (score, address))
+        .collect())
+}
+
+/// The `k` best-scoring live documents for `query`, best first (equal scores in no particular
+/// order). Exactly the documents tantivy's `TopDocs` keeps, up to the order of ties at the
+/// `k`-th score: a document is passed over only when its score is at most the `k`-th best
+/// of those already kept, which only grows.
+fn top_scored(
+    searcher: &Searcher,
+    query: &dyn Query,
+    k: usize,
+) -> Result<Vec<(Score, DocAddress)>> {
+    let weight = query.weight(EnableScoring::enabled_from_searcher(searcher))?;
+    let mut segments: Vec<(u32, &tantivy::SegmentReader)> = searcher
+        .segment_readers()
+        .iter()
+        .enumerate()
+        .map(|(ord, reader)| (ord as u32, reader))
+        .collect();
+    segments.sort_by_key(|(_, reader)| Reverse(reader.num_docs()));
+    let mut best = Best::new(k);
+    for (segment_ord, reader) in segments {
+        if reader.num_docs() == 0 {
+            continue;
+        }
+        let alive = reader.alive_bitset();
+        weight.for_each_pruning(best.threshold(), reader, &mut |doc, score| {
+            if !alive.is_some_and(|alive| alive.is_deleted(doc)) {
+                best.push(score, DocAddress::new(segment_ord, doc));
+            }
+            best.threshold()
+        })?;
+    }
+    Ok(best.into_sorted())
+}
+
+/// A bounded min-heap of the `k` best (score, address) pairs seen.
+struct Best {
+    k: usize,
+    heap: BinaryHeap<Reverse<Entry>>,
+}
+
+#[derive(Clone, Copy)]
+struct Entry(Score, DocAddress);
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0).then(other.1.cmp(&self.1))
+    }
+}
+
+impl Best {
+    fn new(k: usize) -> Self {
+        Self {
+            k,
+            heap: BinaryHeap::with_capacity(k + 1),
+        }
+    }
+
+    /// The score a document must exceed to be kept: the `k`-th best once `k` are kept.
+    fn threshold(&self) -> Score {
+        if self.heap.len() < self.k {
+            return Score::MIN;
+        }
+        self.heap
+            .peek()
+            .map_or(Score::MIN, |Reverse(entry)| entry.0)
+    }
+
+    fn push(&mut self, score: Score, address: DocAddress) {
+        if self.heap.len() < self.k {
+            self.heap.push(Reverse(Entry(score, address)));
+        } else if score > self.threshold() {
+            if let Some(mut least) = self.heap.peek_mut() {
+                *least = Reverse(Entry(score, address));
+            }
+        }
+    }
+
+    fn into_sorted(self) -> Vec<(Score, DocAddress)> {
+        // Ascending `Reverse` is descending entries: best first.
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|Reverse(Entry(score, address))| (score, address))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tantivy::collector::TopDocs;
+    use tantivy::query::{BooleanQuery, Occur, TermQuery};
+    use tantivy::schema::{IndexRecordOption, Schema, TEXT};
+    use tantivy::{doc, Index, IndexWriter, Term};
+
+    use super::*;
+
+    /// An index of `segments` commits of sentences over a small vocabulary (so that scores
+    /// tie often and every term is in many documents), with some documents deleted.
+    fn index(segments: usize) -> (Index, tantivy::schema::Field) {
+        let mut schema = Schema::builder();
+        let text = schema.add_text_field("text", TEXT);
+        let index = Index::create_in_ram(schema.build());
+        let mut writer: IndexWriter = index.writer_with_num_threads(1, 15_000_000).unwrap();
+        writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
+        let words = ["harbour", "boats", "sail", "wind", "rope", "tide", "anchor"];
+        let mut n = 0u64;
+        for segment in 0..segments {
+            // Segments of very different sizes, as a merge policy leaves them.
+            for _ in 0..(40 + 300 * (segment % 3)) {
+                n += 1;
+                let mut x = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let mut sentence = Vec::new();
+                for _ in 0..(1 + x % 9) {
+                    sentence.push(words[(x % words.len() as u64) as usize]);
+                    x = x.rotate_left(7).wrapping_mul(31);
+                }
+                sentence.push(if n.is_multiple_of(5) {
+                    "rare"
+                } else {
+                    "common"
+                });
+                writer
+                    .add_document(doc!(text => sentence.join(" ")))
+                    .unwrap();
+            }
+            writer.commit().unwrap();
+        }
+        writer.delete_term(Term::from_field_text(text, "rope"));
+        writer.commit().unwrap();
+        (index, text)
+    }
+
+    fn disjunction(field: tantivy::schema::Field, words: &[&str]) -> BooleanQuery {
+        BooleanQuery::new(
+            words
+                .iter()
+                .map(|word| {
+                    let term = Term::from_field_text(field, word);
+                    let query: Box<dyn Query> =
+                        Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs));
+                    (Occur::Should, query)
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn the_carried_threshold_keeps_exactly_the_documents_tantivy_keeps() {
+        let (index, text) = index(7);
+        let searcher = index.reader().unwrap().searcher();
+        assert!(searcher.segment_readers().len() >= 7);
+        let queries = [
+            vec!["harbour"],
+            vec!["boats", "wind"],
+            vec!["rare", "anchor", "tide"],
+            vec!["common", "sail", "rope", "harbour"],
+        ];
+        for words in queries {
+            let query = disjunction(text, &words);
+            for k in [1, 5, 48, 2_000] {
+                let ours = top_scored(&searcher, &query, k).unwrap();
+                let theirs = searcher
+                    .search(&query, &TopDocs::with_limit(k).order_by_score())
+                    .unwrap();
+                assert_eq!(ours.len(), theirs.len(), "{words:?} k {k}");
+                // Equal scores at the k-th may be different documents; the scores are the same,
+                // and so is every document above the k-th score.
+                let scores =
+                    |top: &[(Score, DocAddress)]| top.iter().map(|t| t.0).collect::<Vec<_>>();
+                assert_eq!(scores(&ours), scores(&theirs), "{words:?} k {k}");
+                let last = ours.last().map_or(Score::MIN, |t| t.0);
+                let above = |top: &[(Score, DocAddress)]| {
+                    let mut above: Vec<DocAddress> =
+                        top.iter().filter(|t| t.0 > last).map(|t| t.1).collect();
+                    above.sort();
+                    above
+                };
+                assert_eq!(above(&ours), above(&theirs), "{words:?} k {k}");
+                for (_, address) in &ours {
+                    let reader = searcher.segment_reader(address.segment_ord);
+                    assert!(!reader
+                        .alive_bitset()
+                        .is_some_and(|a| a.is_deleted(address.doc_id)));
+                }
+            }
+        }
+    }
+}
