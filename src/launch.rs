@@ -106,6 +106,9 @@ fn check_models(config: &Config) -> anyhow::Result<()> {
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     check_models(&config)?;
     log_open_file_limit();
+    // Before any index is mapped: a file cut under the server ends it with a line naming it.
+    crate::mapped_fault::install(matches!(config.log.format, LogFormat::Json))
+        .context("installing the SIGBUS handler")?;
     // Signal handlers are installed before the (slow) engine open: a SIGTERM that arrives while
     // indexes and models load must drain and exit 0, not kill the process with the default action.
     let shutdown = shutdown_signal()?;

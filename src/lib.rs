@@ -38,6 +38,7 @@ pub mod export;
 pub mod index;
 pub mod ingest;
 pub mod launch;
+mod mapped_fault;
 pub mod query;
 mod replication;
 pub mod service;

@@ -25,6 +25,8 @@ const RULE: &[(&str, &[&str])] = &[
     // they import nothing of this crate, and Cargo keeps it so.)
     (ERROR, &[]),
     ("content_hash", &[]),
+    // The SIGBUS handler's last log line: raw syscalls, nothing of the crate.
+    ("mapped_fault", &[]),
     ("config", &[ERROR]),
     ("telemetry", &[ERROR]),
     ("cpu_pool", &[ERROR]),
@@ -112,7 +114,7 @@ const RULE: &[(&str, &[&str])] = &[
     // The gRPC edge: converts proto ⇄ domain types and calls the service.
     ("api", &[ERROR, "types", "config", "telemetry", "service"]),
     // `lathe serve`: logging, the models check, signals, then the edge's server.
-    ("launch", &[ERROR, "api", "config"]),
+    ("launch", &[ERROR, "api", "config", "mapped_fault"]),
     // `lathe dense-recall`: opens a stopped server's index to measure the dense leg's recall
     // against exact search (embeds the query texts, builds one graph with the index's distance).
     ("dense_recall", &[ERROR, "dense", "embed", "index", "types"]),
