@@ -106,6 +106,8 @@ fn check_models(config: &Config) -> anyhow::Result<()> {
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     check_models(&config)?;
     log_open_file_limit();
+    // Logging runs: a panic is one ERROR line of the log from here on.
+    crate::panic_log::install();
     // Before any index is mapped: a file cut under the server ends it with a line naming it.
     crate::mapped_fault::install(matches!(config.log.format, LogFormat::Json))
         .context("installing the SIGBUS handler")?;

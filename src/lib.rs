@@ -39,6 +39,7 @@ pub mod index;
 pub mod ingest;
 pub mod launch;
 mod mapped_fault;
+mod panic_log;
 pub mod query;
 mod replication;
 pub mod service;

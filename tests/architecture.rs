@@ -27,12 +27,14 @@ const RULE: &[(&str, &[&str])] = &[
     ("content_hash", &[]),
     // The SIGBUS handler's last log line: raw syscalls, nothing of the crate.
     ("mapped_fault", &[]),
+    // Panics as one log line; a dependency's panic caught as an error.
+    ("panic_log", &[]),
     ("config", &[ERROR]),
     ("telemetry", &[ERROR]),
     ("cpu_pool", &[ERROR]),
     ("types", &[ERROR]),
     ("embed", &[ERROR, "tokens", "tokenizer", "cpu_pool"]),
-    ("dense", &[ERROR, "embed", "cpu_pool"]),
+    ("dense", &[ERROR, "embed", "cpu_pool", "panic_log"]),
     (
         "index",
         &[
@@ -43,6 +45,7 @@ const RULE: &[(&str, &[&str])] = &[
             "embed",
             "dense",
             "cpu_pool",
+            "panic_log",
         ],
     ),
     // The write log on NATS JetStream: another edge (it encodes entries with prost), below the
@@ -114,7 +117,10 @@ const RULE: &[(&str, &[&str])] = &[
     // The gRPC edge: converts proto ⇄ domain types and calls the service.
     ("api", &[ERROR, "types", "config", "telemetry", "service"]),
     // `lathe serve`: logging, the models check, signals, then the edge's server.
-    ("launch", &[ERROR, "api", "config", "mapped_fault"]),
+    (
+        "launch",
+        &[ERROR, "api", "config", "mapped_fault", "panic_log"],
+    ),
     // `lathe dense-recall`: opens a stopped server's index to measure the dense leg's recall
     // against exact search (embeds the query texts, builds one graph with the index's distance).
     ("dense_recall", &[ERROR, "dense", "embed", "index", "types"]),

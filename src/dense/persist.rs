@@ -539,6 +539,51 @@ mod tests {
     }
 
     #[test]
+    fn a_damaged_hnsw_rs_dump_is_an_error_naming_it_and_no_panic_reaches_the_log() {
+        use hnsw_rs::prelude::AnnT;
+
+        use super::super::test_util::{hnsw_graph, random_vectors};
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let graph = hnsw_graph(&random_vectors(1500, 16, 5));
+        let basename = graph.file_dump(dir.path(), "seg-7").expect("dumps");
+        let graph_file = dir.path().join(format!("{basename}.hnsw.graph"));
+        let bytes = std::fs::read(&graph_file).expect("dumped");
+        // The links cut short, as a half-copied file: hnsw_rs panics on it rather than failing.
+        std::fs::write(&graph_file, &bytes[..bytes.len() / 3]).expect("cut");
+        crate::panic_log::install();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let sink = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(move || TestWriter(sink.clone()))
+            .finish();
+        let loaded = tracing::subscriber::with_default(subscriber, || {
+            SegmentGraph::load_mapped(dir.path(), &basename)
+        });
+        let error = loaded
+            .err()
+            .expect("a damaged dump does not load")
+            .to_string();
+        assert!(error.contains(&format!("`{basename}`")), "{error}");
+        assert!(error.contains("it panicked"), "{error}");
+        let log = String::from_utf8(log.lock().unwrap().clone()).unwrap();
+        assert!(!log.contains("panicked"), "{log}");
+    }
+
+    struct TestWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for TestWriter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
     fn a_manifest_naming_a_file_outside_its_segments_is_refused_and_nothing_else_is_removed() {
         let root = tempfile::tempdir().expect("tempdir");
         let dir = root.path().join("dense");

@@ -64,13 +64,18 @@ impl SegmentGraph {
         let options = ReloadOptions::default().set_mmap(true);
         let loader = Box::new(HnswIo::new_with_options(dir, basename, options));
         let mapping = NonNull::from(Box::leak(loader));
-        let loaded = std::panic::catch_unwind(|| {
+        let loaded = crate::panic_log::catch(|| {
             // SAFETY: the loader stays allocated, and is not touched, until `drop` frees it,
             // after the graph that borrows it.
             let loader: &'static mut HnswIo = unsafe { &mut *mapping.as_ptr() };
             loader.load_hnsw::<StoredElement, UnitDotDistance>()
         })
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("hnsw_rs could not read the dump")));
+        .unwrap_or_else(|panic| {
+            Err(anyhow::anyhow!(
+                "hnsw_rs could not read the dump `{basename}` in {} (it panicked: {panic})",
+                dir.display()
+            ))
+        });
         match loaded {
             Ok(graph) => Ok(Self {
                 graph: ManuallyDrop::new(graph),

@@ -110,10 +110,11 @@ pub struct FoundSection {
     pub score: f32,
 }
 
-/// Runs `read` (tantivy decoding doc-store bytes), turning a panic into an error message.
+/// Runs `read` (tantivy decoding doc-store bytes), turning a panic into an error message (the
+/// caller's, naming the file; the panic hook stays quiet).
 fn catch_panic<T>(read: impl FnOnce() -> T) -> std::result::Result<T, String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read))
-        .map_err(|_| "its doc-store block is damaged (decoding it panicked)".to_string())
+    crate::panic_log::catch(read)
+        .map_err(|panic| format!("its doc-store block is damaged (decoding it panicked: {panic})"))
 }
 
 /// The document id of the section at `address`, from the `doc_id` fast field: readable when the
