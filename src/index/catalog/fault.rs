@@ -42,6 +42,16 @@ impl Fault {
         Self::new(FaultKind::Offline, path, cause)
     }
 
+    /// `path` could not be read: OFFLINE when the server may not read it (the data is intact as
+    /// far as anyone can tell, and the fix is a permission), else DAMAGED.
+    pub fn unreadable(path: impl Into<PathBuf>, error: &std::io::Error) -> Self {
+        if error.kind() == std::io::ErrorKind::PermissionDenied {
+            Self::offline(path, permission_denied(error))
+        } else {
+            Self::damaged(path, error)
+        }
+    }
+
     fn new(kind: FaultKind, path: impl Into<PathBuf>, cause: impl fmt::Display) -> Self {
         Self {
             kind,
@@ -71,10 +81,45 @@ impl fmt::Display for Fault {
     }
 }
 
+/// The cause of a read the filesystem refused, with the fix.
+fn permission_denied(error: &std::io::Error) -> String {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let uid = unsafe { libc::geteuid() };
+    format!(
+        "{error}: the server (user id {uid}) may not read it; give that user read and write \
+         access to the collection's folder (chown or chmod), then restart"
+    )
+}
+
+/// A file or folder of the index the server may not read, if any: a permission is not damage.
+fn find_unreadable(index_dir: &Path) -> Option<Fault> {
+    let listing = match std::fs::read_dir(index_dir) {
+        Ok(listing) => listing,
+        Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Some(Fault::unreadable(index_dir, &error));
+        }
+        Err(_) => return None,
+    };
+    listing.flatten().find_map(|entry| {
+        let path = entry.path();
+        let opened = if path.is_dir() {
+            std::fs::read_dir(&path).map(drop)
+        } else {
+            std::fs::File::open(&path).map(drop)
+        };
+        match opened {
+            Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+                Some(Fault::unreadable(&path, &error))
+            }
+            _ => None,
+        }
+    })
+}
+
 /// The index metadata must be there and be JSON before tantivy is asked to open the index.
 pub(super) fn check_index_meta(index_dir: &Path) -> Result<(), Fault> {
     let path = index_dir.join(META_FILE);
-    let bytes = std::fs::read(&path).map_err(|error| Fault::damaged(&path, error))?;
+    let bytes = std::fs::read(&path).map_err(|error| Fault::unreadable(&path, &error))?;
     if bytes.is_empty() {
         return Err(Fault::damaged(&path, "the file is empty"));
     }
@@ -86,6 +131,9 @@ pub(super) fn check_index_meta(index_dir: &Path) -> Result<(), Fault> {
 /// Names the file that made opening the index fail. tantivy's errors do not always name it: the
 /// files of the live segments are checked against the checksums in their footers.
 pub(super) fn diagnose_index(index_dir: &Path, error: &LatheError) -> Fault {
+    if let Some(fault) = find_unreadable(index_dir) {
+        return fault;
+    }
     let opening = format!("opening the index failed: {error}");
     let Ok(index) = tantivy::Index::open_in_dir(index_dir) else {
         return Fault::damaged(index_dir, opening);

@@ -86,7 +86,7 @@ pub(super) fn remove_leftover(path: &Path) {
 /// The settings in `folder/collection.json`, or the fault that names it.
 pub(super) fn read_settings(folder: &Path) -> Result<StoredSettings, Fault> {
     let path = folder.join(SETTINGS_FILE);
-    let bytes = std::fs::read(&path).map_err(|error| Fault::damaged(&path, error))?;
+    let bytes = std::fs::read(&path).map_err(|error| Fault::unreadable(&path, &error))?;
     serde_json::from_slice(&bytes)
         .map_err(|error| Fault::damaged(&path, format!("not valid settings: {error}")))
 }

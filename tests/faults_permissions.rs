@@ -1,0 +1,156 @@
+//! A collection whose folder the server may not read (docs/faults.md row 45): its data is intact,
+//! so it is OFFLINE (FAILED_PRECONDITION naming the path and the fix), never DAMAGED with advice
+//! to restore it from a backup; the other collections serve, and once access is given back the
+//! collection serves again with every document. Runs the real `lathe serve` binary as an
+//! ordinary user (`setpriv` to `nobody` when the tests run as root, who reads through any
+//! permission), static vectors.
+//!
+//! `LATHE_TEST_BIN=/path/to/lathe cargo test --test faults_permissions` runs it against another
+//! build (see tests/common/binary.rs).
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use common::binary::{self, Server};
+use common::*;
+use lathe::api::proto;
+use lathe::api::proto::lathe_client::LatheClient;
+use tonic::transport::Channel;
+use tonic::Code;
+
+type Client = LatheClient<Channel>;
+
+const NOBODY: u32 = 65534;
+
+/// Run as `nobody` when root; as this user otherwise (whom a mode of 000 stops too).
+fn as_ordinary_user() -> &'static [&'static str] {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    if unsafe { libc::geteuid() } == 0 {
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+        ]
+    } else {
+        &[]
+    }
+}
+
+async fn start(data: &Path) -> (Server, Client) {
+    let variables = [("LATHE_MODELS__DENSE", "static".to_string())];
+    let server = binary::start_wrapped(as_ordinary_user(), data, &variables);
+    let client = binary::connect(&server.address).await;
+    (server, client)
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// `path` and everything under it owned by `nobody` (when root), so that the server may write.
+fn give_to_nobody(path: &Path) {
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).unwrap().flatten() {
+            give_to_nobody(&entry.path());
+        }
+    }
+}
+
+async fn state(client: &mut Client, name: &str) -> proto::CollectionInfo {
+    client
+        .get_collection(proto::GetCollectionRequest { name: name.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collection_the_server_may_not_read_is_offline_with_the_fix_and_serves_once_it_may() {
+    let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o755);
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    give_to_nobody(&data);
+
+    let (server, mut client) = start(&data).await;
+    for name in ["locked", "open"] {
+        create_collection(&mut client, name).await;
+        upsert(&mut client, name, (0..12).map(sectioned_document).collect()).await;
+    }
+    let answer = |reply: proto::RetrieveResponse| -> Vec<String> {
+        reply.chunks.iter().map(|c| c.doc_id.clone()).collect()
+    };
+    let locked_before = answer(
+        retrieve(
+            &mut client,
+            retrieve_request("locked", "granite lantern", 512),
+        )
+        .await,
+    );
+    assert!(!locked_before.is_empty());
+    binary::stop(server);
+
+    // The operator's copy left the index folder unreadable to the server's user.
+    let index = data.join("collections/locked/index");
+    chmod(&index, 0o000);
+    let (server, mut client) = start(&data).await;
+    let locked = state(&mut client, "locked").await;
+    assert_eq!(
+        locked.state(),
+        proto::CollectionState::Offline,
+        "{locked:?}"
+    );
+    assert!(
+        locked.reason.contains("ermission denied") && locked.reason.contains("chown or chmod"),
+        "{locked:?}"
+    );
+    let refused = client
+        .retrieve(retrieve_request("locked", "granite lantern", 512))
+        .await;
+    let status = expect_code(
+        refused,
+        Code::FailedPrecondition,
+        &[
+            "locked",
+            "offline",
+            "collections/locked/index",
+            "chown or chmod",
+        ],
+    );
+    assert!(!status.message().contains("backup"), "{status:?}");
+    assert_eq!(
+        state(&mut client, "open").await.state(),
+        proto::CollectionState::Ready
+    );
+    retrieve(
+        &mut client,
+        retrieve_request("open", "granite lantern", 512),
+    )
+    .await;
+    binary::stop(server);
+
+    // Access given back: the collection serves as before, nothing was lost.
+    chmod(&index, 0o755);
+    let (server, mut client) = start(&data).await;
+    assert_eq!(
+        state(&mut client, "locked").await.state(),
+        proto::CollectionState::Ready
+    );
+    let locked_after = answer(
+        retrieve(
+            &mut client,
+            retrieve_request("locked", "granite lantern", 512),
+        )
+        .await,
+    );
+    assert_eq!(locked_after, locked_before);
+    binary::stop(server);
+}
