@@ -12,13 +12,16 @@
 //!   refuses writes with FAILED_PRECONDITION; nothing is acknowledged and then dropped.
 //! - A stream whose subjects overlap the log's (`lathe` beside `LATHE`) stops the start with a
 //!   message naming `replication.stream`.
+//! - One node of a 3-node NATS cluster (the stream's leader, `stream_replicas = 3`) killed while
+//!   a replica takes writes: writes resume within the cluster's election, nothing acknowledged
+//!   is lost, every replica ends with every document.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::binary;
-use common::nats::Nats;
+use common::nats::{Nats, NatsCluster};
 use common::replica::*;
 use lathe::api::proto;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -337,4 +340,117 @@ async fn a_stream_overlapping_the_logs_subjects_stops_the_start_by_name() {
         .find(|line| line.contains("replication.stream"))
         .unwrap_or_else(|| panic!("{log:#?}"));
     assert!(line.contains("overlap"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_of_a_three_node_nats_cluster_killed_during_writes_loses_no_acknowledged_write()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = NatsCluster::start(dir.path(), 3);
+    // The cluster elects its JetStream meta leader before a stream can be made.
+    let servers: Vec<async_nats::ServerAddr> = cluster
+        .url()
+        .split(',')
+        .map(|url| url.parse().unwrap())
+        .collect();
+    let nats = async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .connect(servers)
+        .await
+        .expect("connect");
+    let js = async_nats::jetstream::new(nats);
+    let started = Instant::now();
+    // A stream that is not there answers "not found" once the meta leader is elected.
+    while let Err(error) = js.get_stream("NONE").await {
+        if error.to_string().contains("not found") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no JetStream: {error}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let mut variables = replica_variables(&cluster.url());
+    variables.push(("LATHE_REPLICATION__STREAM_REPLICAS", "3".into()));
+    let mut replicas = Vec::new();
+    for name in ["a", "b"] {
+        let server = binary::start(&dir.path().join(name), &variables);
+        let replica = Replica {
+            client: binary::connect(&server.address).await,
+            server,
+        };
+        replica.until_ready(Duration::from_secs(60)).await;
+        replicas.push(replica);
+    }
+    create(&mut replicas[0].client, "c").await;
+
+    let total = 120;
+    let (mut killed_at, mut resumed_after, mut retries, mut token) = (None, None, 0, 0);
+    for doc in 0..total {
+        if doc == 40 {
+            let mut stream = js.get_stream("LATHE").await.unwrap();
+            let leader = stream
+                .info()
+                .await
+                .unwrap()
+                .cluster
+                .clone()
+                .and_then(|c| c.leader)
+                .expect("the stream's leader");
+            cluster.kill(&leader);
+            killed_at = Some(Instant::now());
+        }
+        loop {
+            let reply = replicas[0]
+                .client
+                .upsert_documents(proto::UpsertDocumentsRequest {
+                    collection: "c".into(),
+                    documents: documents(doc..doc + 1, 20),
+                    wait: false,
+                    write_id: format!("w{doc}"),
+                })
+                .await;
+            match reply {
+                Ok(reply) => {
+                    token = token.max(reply.into_inner().consistency_token);
+                    if let (Some(at), None) = (killed_at, resumed_after) {
+                        resumed_after = Some(at.elapsed());
+                    }
+                    break;
+                }
+                // Not acknowledged: may or may not be stored; the same write_id applies it once.
+                Err(status)
+                    if matches!(
+                        status.code(),
+                        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+                    ) =>
+                {
+                    retries += 1;
+                    assert!(
+                        killed_at.is_some_and(|at| at.elapsed() < Duration::from_secs(30)),
+                        "writes have not resumed: {status:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(status) => panic!("write {doc}: {status:?}"),
+            }
+        }
+    }
+    eprintln!(
+        "the first write after the leader was killed was acknowledged after {resumed_after:?} \
+         ({retries} refused in between)"
+    );
+    let ids: Vec<String> = (0..total).map(|doc| format!("doc{doc}")).collect();
+    for replica in &mut replicas {
+        let mut found = std::collections::BTreeSet::new();
+        for part in ids.chunks(40) {
+            found.extend(present(&mut replica.client, "c", part, token).await);
+        }
+        assert_eq!(found.len(), total, "{found:?}");
+        let info = replica
+            .client
+            .get_collection(proto::GetCollectionRequest { name: "c".into() })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(info.stats.map(|s| s.documents), Some(total as u64));
+    }
 }

@@ -123,3 +123,93 @@ impl Drop for Nats {
         self.kill();
     }
 }
+
+/// Three (or more) `nats-server -js` nodes on loopback routed into one JetStream cluster, each
+/// with its own store under the test's folder; nodes are named `n0`, `n1`, … (the names
+/// JetStream reports as a stream's leader).
+pub struct NatsCluster {
+    nodes: Vec<Option<Child>>,
+    client_ports: Vec<u16>,
+}
+
+impl NatsCluster {
+    /// Starts `size` routed nodes and waits until each says it is ready.
+    pub fn start(dir: &Path, size: usize) -> Self {
+        let port = || -> u16 {
+            super::binary::free_local_address()
+                .rsplit(':')
+                .next()
+                .and_then(|port| port.parse().ok())
+                .expect("a port")
+        };
+        let client_ports: Vec<u16> = (0..size).map(|_| port()).collect();
+        let cluster_ports: Vec<u16> = (0..size).map(|_| port()).collect();
+        let routes: Vec<String> = cluster_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect();
+        let mut children = Vec::new();
+        for node in 0..size {
+            let store = dir.join(format!("nats-n{node}"));
+            let config = dir.join(format!("nats-n{node}.conf"));
+            std::fs::write(
+                &config,
+                format!(
+                    "server_name: n{node}\nlisten: 127.0.0.1:{}\n\
+                     jetstream {{ store_dir: \"{}\" }}\n\
+                     cluster {{ name: lathe-test\n listen: 127.0.0.1:{}\n routes: [{}] }}\n",
+                    client_ports[node],
+                    store.display(),
+                    cluster_ports[node],
+                    routes.join(", ")
+                ),
+            )
+            .expect("write the node's config");
+            let mut child = Command::new(nats_server_binary())
+                .arg("-c")
+                .arg(&config)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn nats-server");
+            let lines = super::binary::log_lines(child.stderr.take().unwrap());
+            std::thread::spawn(move || while lines.recv().is_ok() {});
+            children.push(Some(child));
+        }
+        Self {
+            nodes: children,
+            client_ports,
+        }
+    }
+
+    /// Every node's client URL, comma-separated (as `replication.nats_url` takes them).
+    pub fn url(&self) -> String {
+        self.client_ports
+            .iter()
+            .map(|port| format!("nats://127.0.0.1:{port}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// SIGKILL node `name` (`n0`, `n1`, …), and wait until it is gone.
+    pub fn kill(&mut self, name: &str) {
+        let node: usize = name
+            .strip_prefix('n')
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no node {name}"));
+        if let Some(mut child) = self.nodes[node].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for NatsCluster {
+    fn drop(&mut self) {
+        for child in self.nodes.iter_mut().filter_map(Option::take) {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
