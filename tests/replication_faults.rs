@@ -365,7 +365,10 @@ async fn the_leader_of_a_three_node_nats_cluster_killed_during_writes_loses_no_a
         if error.to_string().contains("not found") {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "no JetStream: {error}");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no JetStream: {error}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let mut variables = replica_variables(&cluster.url());

@@ -48,9 +48,12 @@ pub(super) fn top_by_score_then_key(
 }
 
 /// The `k` best-scoring live documents for `query`, best first (equal scores in no particular
-/// order). Exactly the documents tantivy's `TopDocs` keeps, up to the order of ties at the
-/// `k`-th score: a document is passed over only when its score is at most the `k`-th best
-/// of those already kept, which only grows.
+/// order). The documents tantivy's `TopDocs` keeps, up to the order of ties at the `k`-th
+/// score: a document is passed over only when its score is at most the `k`-th best of those
+/// already kept, which only grows. Up to the last bit of a score, too: block-max WAND adds a
+/// document's term scores in the order its scorers happen to lie, which the starting threshold
+/// changes, so two documents of equal BM25 can trade places (7 of 28,485 answers of covid-a's
+/// eval changed order deep in a long answer, none its set; BENCHMARKS.md "Coarse stage").
 fn top_scored(
     searcher: &Searcher,
     query: &dyn Query,
