@@ -11,7 +11,8 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use common::binary::{self, Server};
 use common::*;
@@ -40,9 +41,60 @@ fn as_ordinary_user() -> &'static [&'static str] {
     }
 }
 
-async fn start(data: &Path) -> (Server, Client) {
+/// The binary and the models as the server's user can reach them: where they are, or, when
+/// that user may not reach them (a clone under root's home), copies in `dir`.
+fn reachable(dir: &Path) -> (PathBuf, PathBuf) {
+    let (binary, models) = (binary::lathe_binary(), models_dir());
+    let wrapper = as_ordinary_user();
+    let Some((program, arguments)) = wrapper.split_first() else {
+        return (binary, models);
+    };
+    let reaches = Command::new(program)
+        .args(arguments)
+        .arg("test")
+        .arg("-x")
+        .arg(&binary)
+        .arg("-a")
+        .arg("-r")
+        .arg(models.join("minilm/tokenizer.json"))
+        .status()
+        .expect("run setpriv")
+        .success();
+    if reaches {
+        return (binary, models);
+    }
+    let staged = dir.join("staged");
+    std::fs::create_dir_all(&staged).unwrap();
+    let copy = Command::new("cp")
+        .arg("-r")
+        .arg(&binary)
+        .arg(&models)
+        .arg(&staged)
+        .status()
+        .expect("run cp");
+    assert!(copy.success());
+    chmod_tree(&staged);
+    (
+        staged.join(binary.file_name().unwrap()),
+        staged.join(models.file_name().unwrap()),
+    )
+}
+
+/// Folders 0755, files readable by all (executables stay executable).
+fn chmod_tree(path: &Path) {
+    let mode = std::fs::metadata(path).unwrap().permissions().mode();
+    chmod(path, if path.is_dir() { 0o755 } else { mode | 0o444 });
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).unwrap().flatten() {
+            chmod_tree(&entry.path());
+        }
+    }
+}
+
+async fn start(installed: &(PathBuf, PathBuf), data: &Path) -> (Server, Client) {
     let variables = [("LATHE_MODELS__DENSE", "static".to_string())];
-    let server = binary::start_wrapped(as_ordinary_user(), data, &variables);
+    let (binary, models) = installed;
+    let server = binary::start_from(binary, models, as_ordinary_user(), data, &variables);
     let client = binary::connect(&server.address).await;
     (server, client)
 }
@@ -79,8 +131,9 @@ async fn a_collection_the_server_may_not_read_is_offline_with_the_fix_and_serves
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
     give_to_nobody(&data);
+    let installed = reachable(dir.path());
 
-    let (server, mut client) = start(&data).await;
+    let (server, mut client) = start(&installed, &data).await;
     for name in ["locked", "open"] {
         create_collection(&mut client, name).await;
         upsert(&mut client, name, (0..12).map(sectioned_document).collect()).await;
@@ -101,7 +154,7 @@ async fn a_collection_the_server_may_not_read_is_offline_with_the_fix_and_serves
     // The operator's copy left the index folder unreadable to the server's user.
     let index = data.join("collections/locked/index");
     chmod(&index, 0o000);
-    let (server, mut client) = start(&data).await;
+    let (server, mut client) = start(&installed, &data).await;
     let locked = state(&mut client, "locked").await;
     assert_eq!(
         locked.state(),
@@ -139,7 +192,7 @@ async fn a_collection_the_server_may_not_read_is_offline_with_the_fix_and_serves
 
     // Access given back: the collection serves as before, nothing was lost.
     chmod(&index, 0o755);
-    let (server, mut client) = start(&data).await;
+    let (server, mut client) = start(&installed, &data).await;
     assert_eq!(
         state(&mut client, "locked").await.state(),
         proto::CollectionState::Ready

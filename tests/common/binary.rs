@@ -80,7 +80,12 @@ pub fn start_wrapped(
     data_dir: &std::path::Path,
     variables: &[(&str, String)],
 ) -> Server {
-    let Spawned { child, log } = spawn_wrapped(wrapper, data_dir, variables);
+    serving(spawn_wrapped(wrapper, data_dir, variables))
+}
+
+/// Waits until `spawned` logs that it serves, and what it logged to there.
+fn serving(spawned: Spawned) -> Server {
+    let Spawned { child, log } = spawned;
     // The server logs its bound address once indexes and models are loaded.
     let mut startup_log = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -126,12 +131,32 @@ pub fn spawn_wrapped(
     data_dir: &std::path::Path,
     variables: &[(&str, String)],
 ) -> Spawned {
-    let binary = lathe_binary();
+    spawn_from(&lathe_binary(), &models_dir(), wrapper, data_dir, variables)
+}
+
+/// [`start_wrapped`] of `binary` with its models in `models` (copies another user can reach).
+pub fn start_from(
+    binary: &std::path::Path,
+    models: &std::path::Path,
+    wrapper: &[&str],
+    data_dir: &std::path::Path,
+    variables: &[(&str, String)],
+) -> Server {
+    serving(spawn_from(binary, models, wrapper, data_dir, variables))
+}
+
+fn spawn_from(
+    binary: &std::path::Path,
+    models: &std::path::Path,
+    wrapper: &[&str],
+    data_dir: &std::path::Path,
+    variables: &[(&str, String)],
+) -> Spawned {
     let mut command = match wrapper.split_first() {
-        None => Command::new(&binary),
+        None => Command::new(binary),
         Some((program, arguments)) => {
             let mut command = Command::new(program);
-            command.args(arguments).arg(&binary);
+            command.args(arguments).arg(binary);
             command
         }
     };
@@ -144,7 +169,7 @@ pub fn spawn_wrapped(
             "json",
             "--models-dir",
         ])
-        .arg(models_dir())
+        .arg(models)
         .arg("--data-dir")
         .arg(data_dir)
         .env("LATHE_LOG__FILTER", "info")
