@@ -44,6 +44,8 @@ pub mod query;
 mod replication;
 pub mod service;
 mod telemetry;
+#[cfg(test)]
+mod test_log;
 pub mod types;
 mod write_queue;
 

@@ -88,41 +88,13 @@ fn payload_text(payload: &(dyn Any + Send)) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
-
     use super::*;
-
-    /// A writer that keeps what the subscriber writes.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Captured {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    fn logged_while(run: impl FnOnce()) -> String {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, run);
-        let bytes = captured.0.lock().unwrap().clone();
-        String::from_utf8(bytes).unwrap()
-    }
+    use crate::test_log::logged_while;
 
     #[test]
     fn a_panic_is_one_json_line_and_a_caught_one_is_the_callers_to_tell() {
         install();
-        let log = logged_while(|| {
+        let ((), log) = logged_while(tracing::Level::INFO, || {
             let outcome = panic::catch_unwind(|| panic!("the {} went wrong", "block"));
             assert!(outcome.is_err());
         });
@@ -137,12 +109,11 @@ mod tests {
             "{log}"
         );
 
-        let mut caught = None;
-        let log = logged_while(|| {
-            caught = Some(catch(|| -> u32 { panic!("a damaged dump") }));
+        let (caught, log) = logged_while(tracing::Level::INFO, || {
+            catch(|| -> u32 { panic!("a damaged dump") })
         });
         assert_eq!(log, "", "a caught panic is not logged by the hook");
-        let error = caught.unwrap().unwrap_err();
+        let error = caught.unwrap_err();
         assert!(
             error.starts_with("a damaged dump (at src/panic_log.rs:"),
             "{error}"

@@ -29,6 +29,8 @@ const RULE: &[(&str, &[&str])] = &[
     ("mapped_fault", &[]),
     // Panics as one log line; a dependency's panic caught as an error.
     ("panic_log", &[]),
+    // Unit tests' capture of JSON log lines (compiled for tests only).
+    ("test_log", &[]),
     ("config", &[ERROR]),
     ("telemetry", &[ERROR]),
     ("cpu_pool", &[ERROR]),

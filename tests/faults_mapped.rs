@@ -10,7 +10,7 @@
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -45,16 +45,6 @@ async fn answers(client: &mut Client, collection: &str) -> Vec<Vec<(String, Opti
         );
     }
     all
-}
-
-fn largest_with_extension(dir: &Path, extension: &str) -> PathBuf {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|e| e == extension))
-        .max_by_key(|path| std::fs::metadata(path).map_or(0, |m| m.len()))
-        .unwrap_or_else(|| panic!("no .{extension} file in {}", dir.display()))
 }
 
 fn file_name_of(path: &Path) -> &str {

@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use common::binary::{self, Server};
@@ -55,16 +55,6 @@ fn flip_middle_byte(path: &Path) {
     file.seek(SeekFrom::Start(middle as u64)).unwrap();
     file.write_all(&bytes[middle..=middle]).unwrap();
     file.sync_all().unwrap();
-}
-
-fn largest_with_extension(dir: &Path, extension: &str) -> PathBuf {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|e| e == extension))
-        .max_by_key(|path| std::fs::metadata(path).map_or(0, |m| m.len()))
-        .unwrap_or_else(|| panic!("no .{extension} file in {}", dir.display()))
 }
 
 async fn answers(client: &mut Client, collection: &str) -> Vec<Vec<(String, Option<proto::Span>)>> {

@@ -552,13 +552,7 @@ mod tests {
         // The links cut short, as a half-copied file: hnsw_rs panics on it rather than failing.
         std::fs::write(&graph_file, &bytes[..bytes.len() / 3]).expect("cut");
         crate::panic_log::install();
-        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
-        let sink = log.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_writer(move || TestWriter(sink.clone()))
-            .finish();
-        let loaded = tracing::subscriber::with_default(subscriber, || {
+        let (loaded, log) = crate::test_log::logged_while(tracing::Level::INFO, || {
             SegmentGraph::load_mapped(dir.path(), &basename)
         });
         let error = loaded
@@ -567,20 +561,7 @@ mod tests {
             .to_string();
         assert!(error.contains(&format!("`{basename}`")), "{error}");
         assert!(error.contains("it panicked"), "{error}");
-        let log = String::from_utf8(log.lock().unwrap().clone()).unwrap();
         assert!(!log.contains("panicked"), "{log}");
-    }
-
-    struct TestWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for TestWriter {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
     }
 
     #[test]

@@ -449,40 +449,16 @@ mod tests {
         assert!(idf[0] < idf[1] && idf[1] < idf[2]);
     }
 
-    /// A `Write` into a buffer the test reads back: where the JSON log lines go.
-    #[derive(Clone, Default)]
-    struct Written(Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Written {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     /// The JSON log lines `trace_candidates` writes under a subscriber at `level`.
     fn traced_lines(
         level: tracing::Level,
         candidates: &[Candidate],
         hits: &[SectionHit],
     ) -> Vec<serde_json::Value> {
-        let written = Written::default();
-        let writer = written.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_max_level(level)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        let ((), log) = crate::test_log::logged_while(level, || {
             trace_candidates("the query", 64, false, candidates, hits)
         });
-        let bytes = written.0.lock().unwrap().clone();
-        String::from_utf8(bytes)
-            .unwrap()
-            .lines()
+        log.lines()
             .map(|line| serde_json::from_str(line).unwrap())
             .collect()
     }

@@ -452,3 +452,14 @@ pub fn sectioned_document(i: usize) -> proto::Document {
         proto::DocumentFormat::Plain,
     )
 }
+
+/// The largest file of `dir` named `*.extension` (a collection's main segment file of a kind).
+pub fn largest_with_extension(dir: &Path, extension: &str) -> PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == extension))
+        .max_by_key(|path| std::fs::metadata(path).map_or(0, |m| m.len()))
+        .unwrap_or_else(|| panic!("no .{extension} file in {}", dir.display()))
+}
