@@ -17,10 +17,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::binary::{self, Server};
+use common::tmpfs::{run, Tmpfs};
 use common::*;
 use lathe::api::proto;
 use lathe::api::proto::lathe_client::LatheClient;
@@ -305,70 +305,6 @@ async fn after_a_burst_of_writes_to_many_collections_the_writers_close_and_threa
         },
     );
     stop(server);
-}
-
-/// A tmpfs mounted for one test; unmounted on drop, even when the test panics.
-struct Tmpfs {
-    path: PathBuf,
-    /// The server using it, killed first when the test panics (it would keep the mount busy).
-    server_pid: Option<u32>,
-}
-
-impl Tmpfs {
-    fn mount(path: &Path, size: &str) -> Self {
-        std::fs::create_dir_all(path).unwrap();
-        run(
-            "mount",
-            &["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"],
-            path,
-        );
-        Self {
-            path: path.to_path_buf(),
-            server_pid: None,
-        }
-    }
-
-    fn remount(&self, mode: &str) {
-        run("mount", &["-o", &format!("remount,{mode}")], &self.path);
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        if let (true, Some(pid)) = (std::thread::panicking(), self.server_pid) {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-        }
-        // Immutable files would survive an unmount of anything but a tmpfs; clear them anyway.
-        let _ = Command::new("chattr")
-            .arg("-R")
-            .arg("-i")
-            .arg(&self.path)
-            .status();
-        let unmounted = Command::new("umount")
-            .arg(&self.path)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !unmounted {
-            // Still busy (a server killed by a panic may not have exited yet): detach it.
-            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-        }
-    }
-}
-
-fn run(program: &str, args: &[&str], path: &Path) {
-    let output = Command::new(program)
-        .args(args)
-        .arg(path)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-    assert!(
-        output.status.success(),
-        "{program} {args:?} {} failed (these tests need root): {}",
-        path.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// A server whose `collections` folder is a tmpfs of `size`, with collection `c` holding the

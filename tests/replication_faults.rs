@@ -12,6 +12,9 @@
 //!   refuses writes with FAILED_PRECONDITION; nothing is acknowledged and then dropped.
 //! - A stream whose subjects overlap the log's (`lathe` beside `LATHE`) stops the start with a
 //!   message naming `replication.stream`.
+//! - A replica whose disk fills while writes land on another: it stops applying with the
+//!   storage error and reports NOT_SERVING at once, the other goes on, and once there is room
+//!   it resumes by itself and holds every write.
 //! - One node of a 3-node NATS cluster (the stream's leader, `stream_replicas = 3`) killed while
 //!   a replica takes writes: writes resume within the cluster's election, nothing acknowledged
 //!   is lost, every replica ends with every document.
@@ -23,6 +26,7 @@ use std::time::{Duration, Instant};
 use common::binary;
 use common::nats::{Nats, NatsCluster};
 use common::replica::*;
+use common::tmpfs::Tmpfs;
 use lathe::api::proto;
 use tonic_health::pb::health_check_response::ServingStatus;
 
@@ -456,4 +460,66 @@ async fn the_leader_of_a_three_node_nats_cluster_killed_during_writes_loses_no_a
             .into_inner();
         assert_eq!(info.stats.map(|s| s.documents), Some(total as u64));
     }
+}
+
+/// The first line of `replica`'s log holding `needle` among those written so far, if any.
+fn logged_so_far(replica: &Replica, needle: &str) -> Option<String> {
+    let mut found = None;
+    while let Ok(line) = replica.server.log.try_recv() {
+        if found.is_none() && line.contains(needle) {
+            found = Some(line);
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_disk_fills_stops_vouching_and_catches_up_by_itself_once_there_is_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    let mut a = replica(&dir.path().join("a"), &nats, 60).await;
+    let b_data = dir.path().join("b");
+    let mut disk = Tmpfs::mount(&b_data.join("collections"), "6m");
+    let mut b = replica(&b_data, &nats, 60).await;
+    disk.server_pid = Some(b.server.child.id());
+    create(&mut a.client, "c").await;
+
+    // Long documents onto A until B cannot store what it applies.
+    let mut written = 0;
+    let (failure, mut token) = loop {
+        let token = write(&mut a.client, "c", documents(written..written + 10, 1500)).await;
+        written += 10;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if let Some(line) = logged_so_far(&b, "applying log entries failed") {
+            break (line, token);
+        }
+        assert!(written < 1500, "the replica's disk never filled");
+    };
+    assert!(
+        failure.contains("ERROR") && failure.contains("No space left"),
+        "{failure}"
+    );
+    // It does not vouch for data it cannot bring up to date; the other replica goes on.
+    let stopped_vouching =
+        until_health(&b, ServingStatus::NotServing, Duration::from_secs(10)).await;
+    assert_eq!(a.health().await, ServingStatus::Serving);
+    token = token.max(write(&mut a.client, "c", documents(written..written + 5, 20)).await);
+    written += 5;
+
+    // Room again: B applies what waited, by itself, and vouches again.
+    disk.remount("size=512m");
+    let resumed = until_health(&b, ServingStatus::Serving, Duration::from_secs(90)).await;
+    eprintln!(
+        "the disk filled after {written} documents; NOT_SERVING {stopped_vouching:?} after the \
+         failure was seen, SERVING again {resumed:?} after the tmpfs grew"
+    );
+    let ids: Vec<String> = (0..written).map(|doc| format!("doc{doc}")).collect();
+    for replica in [&mut a, &mut b] {
+        let mut found = std::collections::BTreeSet::new();
+        for part in ids.chunks(40) {
+            found.extend(present(&mut replica.client, "c", part, token).await);
+        }
+        assert_eq!(found.len(), written, "{} of {written}", found.len());
+    }
+    drop(b);
 }

@@ -50,12 +50,14 @@ impl Progress {
             .unwrap_or(Duration::ZERO)
     }
 
-    /// Ready to serve reads: caught up once, not stopped, its log not lost, and not further
-    /// behind than `max_lag` (zero: never too far).
+    /// Ready to serve reads: caught up once, not stopped, its log not lost, its last apply not
+    /// failing (a full disk: it cannot bring its data up to date, however young the lag still
+    /// is), and not further behind than `max_lag` (zero: never too far).
     pub fn ready(&self, max_lag: Duration, now: SystemTime) -> bool {
         self.caught_up
             && self.stopped.is_none()
             && self.lost.is_none()
+            && self.retrying.is_none()
             && (max_lag.is_zero() || self.lag(now) <= max_lag)
     }
 }
@@ -145,6 +147,11 @@ mod tests {
         progress.lost = Some("the stream was purged".into());
         assert!(!progress.ready(max_lag, now));
         progress.lost = None;
+        // An apply failing (a full disk): not ready, however young the lag; ready once it goes.
+        progress.retrying = Some("entries 7..=9: No space left on device".into());
+        assert!(!progress.ready(max_lag, now));
+        progress.retrying = None;
+        assert!(progress.ready(max_lag, now));
         progress.stopped = Some("poison".into());
         assert!(!progress.ready(max_lag, now));
     }

@@ -6,6 +6,7 @@ pub mod binary;
 pub mod nats;
 pub mod replica;
 pub mod tls;
+pub mod tmpfs;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
