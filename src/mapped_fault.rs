@@ -57,8 +57,11 @@ extern "C" fn on_sigbus(_signal: libc::c_int, info: *mut libc::siginfo_t, _: *mu
         let mut default: libc::sigaction = std::mem::zeroed();
         default.sa_sigaction = libc::SIG_DFL;
         libc::sigaction(libc::SIGBUS, &default, std::ptr::null_mut());
+        // Pending until the handler returns (SIGBUS is blocked while it runs): a SIGBUS sent
+        // with `kill` ends the process as it always did, not only a faulting load, which
+        // returning runs again.
+        libc::raise(libc::SIGBUS);
     }
-    // Returning runs the faulting load again, which now ends the process by SIGBUS.
 }
 
 /// The one line: what happened, the file, its collection, and what the restart does.
