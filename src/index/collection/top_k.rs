@@ -53,7 +53,8 @@ pub(super) fn top_by_score_then_key(
 /// already kept, which only grows. Up to the last bit of a score, too: block-max WAND adds a
 /// document's term scores in the order its scorers happen to lie, which the starting threshold
 /// changes, so two documents of equal BM25 can trade places (7 of 28,485 answers of covid-a's
-/// eval changed order deep in a long answer, none its set; BENCHMARKS.md "Quality by budget").
+/// eval changed order deep in a long answer, none its set; docs/notebook, "BM25's threshold
+/// carried across segments").
 fn top_scored(
     searcher: &Searcher,
     query: &dyn Query,
