@@ -78,18 +78,20 @@ fn write_line(line: &mut Line, address: usize, path: &[u8], json: bool) {
     };
     let mut timestamp = [0u8; 27];
     let timestamp = now_utc(&mut timestamp);
+    let fields = [
+        (&b"file"[..], Some(path).filter(|path| !path.is_empty())),
+        (&b"collection"[..], collection),
+    ];
     if json {
         line.push(b"{\"timestamp\":\"");
         line.push(timestamp);
         line.push(b"\",\"level\":\"ERROR\",\"fields\":{\"message\":\"");
         message.iter().for_each(|part| line.push_escaped(part));
-        if !path.is_empty() {
-            line.push(b"\",\"file\":\"");
-            line.push_escaped(path);
-        }
-        if let Some(collection) = collection {
-            line.push(b"\",\"collection\":\"");
-            line.push_escaped(collection);
+        for (name, value) in fields.iter().filter_map(|(n, v)| Some((n, (*v)?))) {
+            line.push(b"\",\"");
+            line.push(name);
+            line.push(b"\":\"");
+            line.push_escaped(value);
         }
         line.push(b"\",\"address\":\"");
         line.push_hex(address);
@@ -98,13 +100,11 @@ fn write_line(line: &mut Line, address: usize, path: &[u8], json: bool) {
         line.push(timestamp);
         line.push(b" ERROR lathe::mapped_fault: ");
         message.iter().for_each(|part| line.push(part));
-        if !path.is_empty() {
-            line.push(b" file=");
-            line.push(path);
-        }
-        if let Some(collection) = collection {
-            line.push(b" collection=");
-            line.push(collection);
+        for (name, value) in fields.iter().filter_map(|(n, v)| Some((n, (*v)?))) {
+            line.push(b" ");
+            line.push(name);
+            line.push(b"=");
+            line.push(value);
         }
         line.push(b" address=");
         line.push_hex(address);

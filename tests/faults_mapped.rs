@@ -32,20 +32,7 @@ async fn start(data: &Path) -> (Server, Client) {
     (server, client)
 }
 
-async fn answers(client: &mut Client, collection: &str) -> Vec<Vec<(String, Option<proto::Span>)>> {
-    let mut all = Vec::new();
-    for query in ["granite lantern", "harbor meadow cipher"] {
-        let reply = retrieve(client, retrieve_request(collection, query, 512)).await;
-        all.push(
-            reply
-                .chunks
-                .iter()
-                .map(|chunk| (chunk.doc_id.clone(), chunk.bytes))
-                .collect(),
-        );
-    }
-    all
-}
+const QUERIES: &[&str] = &["granite lantern", "harbor meadow cipher"];
 
 fn file_name_of(path: &Path) -> &str {
     path.file_name().unwrap().to_str().unwrap()
@@ -70,7 +57,7 @@ async fn a_mapped_file_cut_under_the_server_is_named_as_it_dies_and_only_its_col
         create_collection(&mut client, name).await;
         upsert(&mut client, name, (0..40).map(sectioned_document).collect()).await;
     }
-    let kept_before = answers(&mut client, "kept").await;
+    let kept_before = answers(&mut client, "kept", QUERIES).await;
 
     // The postings file of the collection's segment, cut to nothing as a `cp` over it starts.
     let postings = largest_with_extension(&data.join("collections/cut/index"), "idx");
@@ -133,6 +120,6 @@ async fn a_mapped_file_cut_under_the_server_is_named_as_it_dies_and_only_its_col
         .unwrap()
         .into_inner();
     assert_eq!(kept.state(), proto::CollectionState::Ready, "{kept:?}");
-    assert_eq!(answers(&mut client, "kept").await, kept_before);
+    assert_eq!(answers(&mut client, "kept", QUERIES).await, kept_before);
     binary::stop(restarted);
 }

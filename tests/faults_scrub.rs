@@ -57,24 +57,11 @@ fn flip_middle_byte(path: &Path) {
     file.sync_all().unwrap();
 }
 
-async fn answers(client: &mut Client, collection: &str) -> Vec<Vec<(String, Option<proto::Span>)>> {
-    let mut all = Vec::new();
-    for query in [
-        "granite lantern",
-        "harbor meadow cipher",
-        "walnut zephyr beacon",
-    ] {
-        let reply = retrieve(client, retrieve_request(collection, query, 512)).await;
-        all.push(
-            reply
-                .chunks
-                .iter()
-                .map(|c| (c.doc_id.clone(), c.bytes))
-                .collect(),
-        );
-    }
-    all
-}
+const QUERIES: &[&str] = &[
+    "granite lantern",
+    "harbor meadow cipher",
+    "walnut zephyr beacon",
+];
 
 fn scrub_findings(server: &Server) -> f64 {
     binary::scrape_metrics(&server.metrics_address)
@@ -123,7 +110,7 @@ async fn a_dense_segment_changed_under_a_running_server_is_rebuilt_from_the_stor
     let (server, mut client) = start(&data).await;
     fill(&mut client, "d").await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let before = answers(&mut client, "d").await;
+    let before = answers(&mut client, "d", QUERIES).await;
     let dense = data.join("collections/d/dense");
     let segment = largest_with_extension(&dense, "flat");
     flip_middle_byte(&segment);
@@ -142,7 +129,7 @@ async fn a_dense_segment_changed_under_a_running_server_is_rebuilt_from_the_stor
         .unwrap()
         .into_inner();
     assert_eq!(info.state(), proto::CollectionState::Ready, "{info:?}");
-    assert_eq!(answers(&mut client, "d").await, before);
+    assert_eq!(answers(&mut client, "d", QUERIES).await, before);
     assert!(scrub_findings(&server) >= 1.0);
     binary::stop(server);
 }

@@ -464,3 +464,24 @@ pub fn largest_with_extension(dir: &Path, extension: &str) -> PathBuf {
         .max_by_key(|path| std::fs::metadata(path).map_or(0, |m| m.len()))
         .unwrap_or_else(|| panic!("no .{extension} file in {}", dir.display()))
 }
+
+/// The chunks (document, byte range) each of `queries` gets from `collection` at budget 512:
+/// what "answers as before" compares.
+pub async fn answers(
+    client: &mut LatheClient<Channel>,
+    collection: &str,
+    queries: &[&str],
+) -> Vec<Vec<(String, Option<proto::Span>)>> {
+    let mut all = Vec::new();
+    for query in queries {
+        let reply = retrieve(client, retrieve_request(collection, query, 512)).await;
+        all.push(
+            reply
+                .chunks
+                .iter()
+                .map(|chunk| (chunk.doc_id.clone(), chunk.bytes))
+                .collect(),
+        );
+    }
+    all
+}

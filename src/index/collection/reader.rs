@@ -105,14 +105,25 @@ impl CollectionIndex {
         };
         top_by_score_then_key(snapshot, query.as_ref(), limit)?
             .into_iter()
-            .map(|(score, address)| self.found(snapshot, score, address))
+            .map(|(score, key, address)| self.found_keyed(snapshot, score, key, address))
             .collect()
     }
 
-    /// The section at `address` as found, its key from the fast field; a position without one
-    /// is read at once, which reports it as damaged.
+    /// The section at `address` as found, its key from the fast field.
     fn found(&self, snapshot: &Snapshot, score: f32, address: DocAddress) -> Result<FoundSection> {
-        let section_key = match snapshot.section_key_at(address) {
+        self.found_keyed(snapshot, score, snapshot.section_key_at(address), address)
+    }
+
+    /// The section at `address` with the key the fast field gave (`key`); a position without
+    /// one is read at once, which reports it as damaged.
+    fn found_keyed(
+        &self,
+        snapshot: &Snapshot,
+        score: f32,
+        key: Option<u64>,
+        address: DocAddress,
+    ) -> Result<FoundSection> {
+        let section_key = match key {
             Some(key) => key,
             None => self.load_hit(snapshot, score, address)?.section_key,
         };

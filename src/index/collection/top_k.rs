@@ -17,12 +17,13 @@ use crate::error::Result;
 /// same sections come back whatever the segments look like (on every replica, after any merge),
 /// where tantivy's own order breaks ties by segment and position. The pruned search is asked for
 /// more than `limit` until what it returns ends below the `limit`-th score, so that every
-/// document tied with the `limit`-th is among them; usually the first ask.
+/// document tied with the `limit`-th is among them; usually the first ask. Each comes with its
+/// section key as the fast field holds it (`None` for a position without one: damaged).
 pub(super) fn top_by_score_then_key(
     snapshot: &Snapshot,
     query: &dyn Query,
     limit: usize,
-) -> Result<Vec<(Score, DocAddress)>> {
+) -> Result<Vec<(Score, Option<u64>, DocAddress)>> {
     let mut fetch = limit + 1;
     let top = loop {
         let top = top_scored(&snapshot.searcher, query, fetch)?;
@@ -32,19 +33,16 @@ pub(super) fn top_by_score_then_key(
         }
         fetch *= 2;
     };
-    let mut keyed: Vec<(Score, u64, DocAddress)> = top
+    let mut keyed: Vec<(Score, Option<u64>, DocAddress)> = top
         .into_iter()
-        .map(|(score, address)| {
-            let key = snapshot.section_key_at(address).unwrap_or(0);
-            (score, key, address)
-        })
+        .map(|(score, address)| (score, snapshot.section_key_at(address), address))
         .collect();
-    keyed.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    keyed.sort_unstable_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then(a.1.unwrap_or(0).cmp(&b.1.unwrap_or(0)))
+    });
     keyed.truncate(limit);
-    Ok(keyed
-        .into_iter()
-        .map(|(score, _, address)| (score, address))
-        .collect())
+    Ok(keyed)
 }
 
 /// The `k` best-scoring live documents for `query`, best first (equal scores in no particular
