@@ -78,6 +78,9 @@ enum Command {
     /// Aliases, second names for collections: list, create, switch (at once for every reader),
     /// delete.
     Alias(cli::AliasArgs),
+    /// Recover a lost replicated write log through one replica: `reseed` (a new log from its
+    /// data) or `start-over` (a new, empty log); every replica converges to it.
+    Replicas(cli::ReplicasArgs),
     /// Ask the server's health check; prints SERVING or NOT_SERVING, exits 0 only for SERVING.
     Health(cli::HealthArgs),
     /// Evaluate retrieval quality and latency on a dataset (docs.jsonl, queries.jsonl) over gRPC.
@@ -140,6 +143,7 @@ fn main() -> ExitCode {
             Command::Collections(args) => cli::collections(args).await,
             Command::Alias(args) => cli::alias(args).await,
             Command::Health(args) => cli::health(args).await,
+            Command::Replicas(args) => cli::replicas(args).await,
             Command::Eval(args) => cli::eval(args).await,
             Command::Export(args) => lathe::export::run(args),
             Command::DenseRecall(args) => lathe::dense_recall::run(args),

@@ -131,7 +131,7 @@ async fn every_rpc_answers_over_http_and_retrieve_matches_lathe_query_json() {
                 .map(|operation| operation["operationId"].as_str().unwrap())
                 .collect();
             operations.sort_unstable();
-            assert_eq!(operations.len(), 21, "{operations:?}");
+            assert_eq!(operations.len(), 22, "{operations:?}");
 
             let created = ok(post(http, "/v1/collections", json!({"name": "docs"})).await);
             assert_eq!(created["name"], "docs");
@@ -236,6 +236,10 @@ async fn every_rpc_answers_over_http_and_retrieve_matches_lathe_query_json() {
             refused(&get(http, "/v1/collections/cut").await, 404, 5, &["cut"]);
             ok(send(http, "DELETE", &format!("/v1/collections/docs/snapshots/{name}"), &[], Bytes::new()).await);
             refused(&send(http, "DELETE", &format!("/v1/collections/docs/snapshots/{name}"), &[], Bytes::new()).await, 404, 5, &[&name]);
+
+            // A single node has no write log to recover.
+            let recover = json!({"recovery": "RECOVERY_START_OVER", "confirmStream": "LATHE"});
+            refused(&post(http, "/v1/log:recover", recover).await, 400, 9, &["single node"]);
 
             ok(send(http, "DELETE", "/v1/collections/docs", &[], Bytes::new()).await);
             refused(&get(http, "/v1/collections/docs").await, 404, 5, &["docs"]);

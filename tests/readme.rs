@@ -62,6 +62,9 @@ const NOT_RUN: &[(&str, &str)] = &[
     // budgets, three strategies, the baselines) runs for many minutes; tests/eval.rs runs
     // `lathe eval` end to end on a tiny dataset.
     ("lathe eval ", "a measurement run on the reader's dataset"),
+    // Needs replicas whose write log is lost; tests/replication_recovery.rs runs both commands
+    // against real replicas on a real nats-server.
+    ("lathe replicas ", "needs replicas whose write log is lost"),
 ];
 
 /// The spellings of the `lathe` binary in the README's commands.

@@ -19,7 +19,7 @@ use super::reload::Reloadable;
 use super::status::oversized_to_resource_exhausted;
 
 use crate::error::LatheError;
-use crate::service::Engine;
+use crate::service::{Engine, Recovery};
 use crate::telemetry::Metrics;
 use crate::types::WriteOptions;
 
@@ -398,6 +398,42 @@ impl Lathe for GrpcAdapter {
                 let aliases = self.service.list_aliases().await?;
                 Ok(proto::ListAliasesResponse {
                     aliases: aliases.into_iter().map(Into::into).collect(),
+                })
+            },
+        )
+        .await
+    }
+
+    async fn recover_log(
+        &self,
+        request: Request<proto::RecoverLogRequest>,
+    ) -> Result<Response<proto::RecoverLogResponse>, Status> {
+        self.unary(
+            "RecoverLog",
+            Access::Write,
+            request,
+            |proto::RecoverLogRequest {
+                 recovery,
+                 confirm_stream,
+             }| async move {
+                let recovery = match proto::Recovery::try_from(recovery) {
+                    Ok(proto::Recovery::Reseed) => Recovery::Reseed,
+                    Ok(proto::Recovery::StartOver) => Recovery::StartOver,
+                    _ => {
+                        return Err(LatheError::invalid(
+                            "recovery",
+                            "must be RECOVERY_RESEED or RECOVERY_START_OVER",
+                        ))
+                    }
+                };
+                let recovered = self.service.recover_log(recovery, &confirm_stream).await?;
+                Ok(proto::RecoverLogResponse {
+                    incarnation: recovered.incarnation,
+                    collections: recovered.collections,
+                    documents: recovered.documents,
+                    aliases: recovered.aliases,
+                    log_position: recovered.position,
+                    skipped: recovered.skipped,
                 })
             },
         )

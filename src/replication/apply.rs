@@ -41,6 +41,11 @@ pub struct Positioned {
 /// again, so applying an entry twice must change nothing.
 pub trait Applier: Send + Sync + 'static {
     fn apply(&self, batch: &[Positioned]) -> Result<()>;
+
+    /// Drops everything applied from the log (every collection it made, and the aliases naming
+    /// them), before a recovered log is applied from its start (see `recover`). Runs on a
+    /// blocking thread.
+    fn reset(&self) -> Result<()>;
 }
 
 /// The running loop and its watch; [`ApplyTask::stop`] ends them after the batch in hand.
@@ -116,7 +121,14 @@ impl Replication {
         loop {
             match self.follow(&applier, &mut stop).await {
                 Ok(()) => return,
-                Err(ReadFailure::Malformed(_)) if self.state.progress().lost.is_some() => return,
+                // Reads go on; applying waits for an operator's recovery, then starts again.
+                Err(ReadFailure::Malformed(_)) if self.state.progress().lost.is_some() => {
+                    if !self.await_recovery(&applier, &mut stop).await {
+                        return;
+                    }
+                    pause = RETRY_FIRST;
+                    continue;
+                }
                 Err(ReadFailure::Malformed(reason)) => {
                     tracing::error!(url = self.url(), %reason, "the write log holds an entry this replica cannot apply; applying stopped, reads go on");
                     self.state.update(|p| p.stopped = Some(reason));
@@ -460,7 +472,10 @@ impl Replication {
 }
 
 /// Sleeps `pause`; `false` when told to stop meanwhile.
-async fn pause_unless_stopped(pause: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+pub(super) async fn pause_unless_stopped(
+    pause: Duration,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
     tokio::select! {
         () = tokio::time::sleep(pause) => true,
         _ = stop.wait_for(|stop| *stop) => false,

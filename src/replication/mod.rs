@@ -20,6 +20,8 @@
 //! - `position`: the replica's recorded position; `state`: its progress ([`Progress`]).
 //! - `watch`: the log read on a timer: the lag from the log's own state, a stalled delivery
 //!   restarted, the log's identity checked (a stream deleted, purged or made again is lost).
+//! - `recover`: once the log is lost, what an operator decides (re-seed a new log from this
+//!   replica's data, or start over from an empty one), and every replica's adopting of it.
 //!
 //! May call: `index` (record and settings types), `embed` (vector checks), `config`, the leaves.
 //! Knows nothing of the pipeline, the service or gRPC.
@@ -28,6 +30,7 @@ pub mod apply;
 pub mod codec;
 pub mod position;
 mod publish;
+mod recover;
 pub mod state;
 mod subjects;
 mod watch;
@@ -46,6 +49,7 @@ use tokio::sync::OnceCell;
 
 pub use apply::{Applier, ApplyTask, Positioned};
 pub use codec::{Entry, VectorStamp};
+pub use recover::{Recovered, Recovery, Seed};
 pub use state::{Progress, ReplicaState};
 
 use crate::config::ReplicationConfig;
@@ -77,6 +81,9 @@ pub struct Replication {
     kick: tokio::sync::Notify,
     /// True while the apply loop is applying a batch (not waiting for entries).
     applying: std::sync::atomic::AtomicBool,
+    /// Held while this replica recovers a lost log (`recover`): its data is being read, so it
+    /// adopts the new log only once that is done.
+    recovering: tokio::sync::Mutex<()>,
 }
 
 impl Replication {
@@ -136,6 +143,7 @@ impl Replication {
             identity: std::sync::Mutex::new(None),
             kick: tokio::sync::Notify::new(),
             applying: std::sync::atomic::AtomicBool::new(false),
+            recovering: tokio::sync::Mutex::new(()),
         }))
     }
 
@@ -160,16 +168,7 @@ impl Replication {
         self.check_connected()?;
         self.stream
             .get_or_try_init(|| async {
-                let wanted = jetstream::stream::Config {
-                    name: self.config.stream.clone(),
-                    subjects: self.subjects.stream_subjects(),
-                    max_messages_per_subject: 1,
-                    storage: jetstream::stream::StorageType::File,
-                    num_replicas: self.config.stream_replicas,
-                    allow_direct: true,
-                    duplicate_window: self.dedupe_window,
-                    ..Default::default()
-                };
+                let wanted = self.wanted_stream();
                 let stream = if self.applied_from_log {
                     self.open_existing_stream().await?
                 } else {
@@ -191,6 +190,20 @@ impl Replication {
                 Ok(stream)
             })
             .await
+    }
+
+    /// The stream's settings the log needs.
+    fn wanted_stream(&self) -> jetstream::stream::Config {
+        jetstream::stream::Config {
+            name: self.config.stream.clone(),
+            subjects: self.subjects.stream_subjects(),
+            max_messages_per_subject: 1,
+            storage: jetstream::stream::StorageType::File,
+            num_replicas: self.config.stream_replicas,
+            allow_direct: true,
+            duplicate_window: self.dedupe_window,
+            ..Default::default()
+        }
     }
 
     fn check_connected(&self) -> Result<()> {

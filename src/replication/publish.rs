@@ -36,6 +36,19 @@ impl Replication {
         write_id: &str,
     ) -> Result<u64> {
         let stream = self.stream().await?;
+        self.publish_documents_to(stream, collection, documents, write_id)
+            .await
+    }
+
+    /// [`Self::publish_documents`] into `stream`, whatever this replica's state (a recovery
+    /// seeds a new log with it while the old one is lost).
+    pub(super) async fn publish_documents_to(
+        &self,
+        stream: &jetstream::stream::Stream,
+        collection: &str,
+        documents: Vec<EncodedDocument>,
+        write_id: &str,
+    ) -> Result<u64> {
         let max = self.max_message_bytes();
         let ids: Vec<String> = documents.iter().map(|d| d.doc_id.clone()).collect();
         let publications = documents.into_iter().map(|document| async move {
@@ -172,7 +185,11 @@ impl Replication {
         }
     }
 
-    async fn publish_one(&self, subject: String, message: PublishMessage) -> Result<u64> {
+    pub(super) async fn publish_one(
+        &self,
+        subject: String,
+        message: PublishMessage,
+    ) -> Result<u64> {
         self.send(subject, message)
             .await
             .map(|(sequence, _duplicate)| sequence)

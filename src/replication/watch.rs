@@ -13,7 +13,8 @@
 //!   again (another creation time, another incarnation) is another log: the replica stops
 //!   applying, is not ready, and refuses writes, with one ERROR naming the cause, until an
 //!   operator decides (README, "Replicas"). A replica whose data dir holds data of a log never
-//!   makes the stream itself.
+//!   makes the stream itself. A recovery (`recover`) writes a new incarnation naming those it
+//!   supersedes; a log whose recovery is still filling it is not followed yet.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -24,6 +25,7 @@ use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::stream::{DirectGetErrorKind, LastRawMessageErrorKind};
 use tokio::sync::watch;
 
+use super::recover::Incarnation;
 use super::{log_unavailable, Replication};
 use crate::error::{LatheError, Result};
 
@@ -41,7 +43,7 @@ impl Replication {
         match self.state.progress().lost {
             None => Ok(()),
             Some(lost) => Err(LatheError::Precondition(format!(
-                "{lost}; this replica stopped applying and takes no writes (nothing was stored) until an operator re-seeds the log or starts over (README, \"Replicas\")"
+                "{lost}; this replica stopped applying and takes no writes (nothing was stored) until an operator recovers the log: `lathe replicas reseed` (a new log from one replica's data) or `lathe replicas start-over` (README, \"Replicas\")"
             ))),
         }
     }
@@ -70,6 +72,9 @@ impl Replication {
         });
         if first {
             tracing::error!(url = self.url(), stream = self.config.stream, %reason, "the write log this replica follows is lost; applying stopped, writes are refused, health is NOT_SERVING");
+            // The apply loop may be waiting for an entry the lost log will never deliver: it
+            // stops reading, and waits for an operator's recovery instead.
+            self.kick.notify_one();
         }
         self.check_log()
             .err()
@@ -110,7 +115,14 @@ impl Replication {
         };
         let created_ns = info.created.unix_timestamp_nanos().to_string();
         let incarnation = match self.incarnation(stream).await? {
-            Some(incarnation) => incarnation,
+            // A recovery still filling the new log (see `recover`): not a log to follow yet.
+            Some(record) if !record.complete => {
+                return Err(log_unavailable(
+                    self.url(),
+                    format!("the log is being recovered ({}); it is followed once that is done", record.origin),
+                ))
+            }
+            Some(record) => record.id,
             // Never written into a log this replica's data did not come from.
             None => match recorded {
                 Some(recorded) if recorded.created_ns == created_ns => {
@@ -164,12 +176,16 @@ impl Replication {
         Ok(())
     }
 
-    async fn incarnation(&self, stream: &jetstream::stream::Stream) -> Result<Option<String>> {
+    /// The log's incarnation entry, when it has one.
+    pub(super) async fn incarnation(
+        &self,
+        stream: &jetstream::stream::Stream,
+    ) -> Result<Option<Incarnation>> {
         match stream
             .get_last_raw_message_by_subject(&self.subjects.incarnation())
             .await
         {
-            Ok(message) => Ok(Some(String::from_utf8_lossy(&message.payload).into_owned())),
+            Ok(message) => Ok(Some(Incarnation::parse(&message.payload))),
             Err(error) if error.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
             Err(error) => Err(log_unavailable(self.url(), error)),
         }
@@ -201,6 +217,7 @@ impl Replication {
             Err(error) if error.kind() == PublishErrorKind::WrongLastSequence => self
                 .incarnation(stream)
                 .await?
+                .map(|record| record.id)
                 .ok_or_else(|| log_unavailable(self.url(), "the log's incarnation vanished")),
             Err(error) => Err(log_unavailable(self.url(), error)),
         }
@@ -216,8 +233,13 @@ impl Replication {
                 _ = stop.wait_for(|stop| *stop) => return,
             }
             let progress = self.state.progress();
-            if progress.lost.is_some() || progress.stopped.is_some() {
+            if progress.stopped.is_some() {
                 return;
+            }
+            // Nothing to measure against a lost log; looked at again once a recovery is adopted.
+            if progress.lost.is_some() {
+                applied_before = None;
+                continue;
             }
             if self.check_connected().is_ok() {
                 // Bounded, so that a log that stops answering cannot hold the watch up.

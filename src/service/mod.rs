@@ -43,6 +43,8 @@ use crate::index::{
 /// A replica's progress through the write log (what its readiness follows).
 pub use crate::replication::Progress as ReplicaProgress;
 use crate::replication::{ApplyTask, Replication, VectorStamp};
+/// An operator's recovery of a lost write log, and what it did.
+pub use crate::replication::{Recovered, Recovery};
 use crate::telemetry::Metrics;
 use crate::tokenizer::BudgetTokenizer;
 use crate::types::ChunkingSpec;

@@ -15,8 +15,10 @@ use std::sync::Arc;
 use super::aliases::Target;
 use super::{runtime_for, Collection, CollectionRuntime, Engine};
 use crate::error::{LatheError, Result};
-use crate::index::{Catalog, CollectionEntry, StoredSettings, WriteOp};
-use crate::replication::{Applier, Entry, Positioned, Replication, VectorStamp};
+use crate::index::{Catalog, CollectionEntry, DocumentRecord, StoredSettings, WriteOp};
+use crate::replication::{
+    Applier, Entry, Positioned, Recovered, Recovery, Replication, Seed, VectorStamp,
+};
 use crate::telemetry::Metrics;
 
 /// Applies log entries to this replica's catalog.
@@ -103,6 +105,79 @@ impl Applier for ReplicaApplier {
             }
         }
         pending.commit()
+    }
+
+    /// Deletes every collection the log made here (ready or not) and the aliases naming one, or
+    /// naming none that exists; collections from before replication stay.
+    fn reset(&self) -> Result<()> {
+        let doomed: Vec<String> = self
+            .catalog
+            .entries()
+            .iter()
+            .filter(|entry| created_at(entry).is_some())
+            .map(|entry| entry_name(entry).to_string())
+            .collect();
+        for (alias, collection) in self.catalog.aliases() {
+            if doomed.contains(&collection) || self.catalog.entry(&collection).is_err() {
+                self.catalog.apply_alias(&alias, None)?;
+            }
+        }
+        for name in &doomed {
+            self.catalog.delete_even_if_aliased(name)?;
+        }
+        tracing::warn!(
+            collections = doomed.len(),
+            "dropped every collection the lost write log made here"
+        );
+        Ok(())
+    }
+}
+
+/// This replica's data as a re-seed of the log reads it: the collections the log made here.
+struct ReplicaSeed {
+    catalog: Arc<Catalog<CollectionRuntime>>,
+    vectors: VectorStamp,
+}
+
+impl Seed for ReplicaSeed {
+    fn collections(&self) -> (Vec<(String, StoredSettings)>, Vec<String>) {
+        let (mut readable, mut skipped) = (Vec::new(), Vec::new());
+        for entry in self.catalog.entries() {
+            match &entry {
+                CollectionEntry::Ready(collection) if collection.settings.log_created.is_some() => {
+                    readable.push((collection.name.clone(), collection.settings.clone()))
+                }
+                CollectionEntry::Faulted(faulted) if created_at(&entry).is_some() => skipped.push(
+                    format!("{}: {}", faulted.name, faulted.fault.error(&faulted.name)),
+                ),
+                _ => {}
+            }
+        }
+        (readable, skipped)
+    }
+
+    fn documents(
+        &self,
+        collection: &str,
+        visit: &mut dyn FnMut(DocumentRecord) -> Result<()>,
+    ) -> Result<()> {
+        self.catalog
+            .get(collection)?
+            .index
+            .for_each_stored_record(visit)
+    }
+
+    fn aliases(&self) -> Vec<(String, String)> {
+        let (seeded, _) = self.collections();
+        self.catalog
+            .aliases()
+            .into_iter()
+            .filter(|(_, collection)| seeded.iter().any(|(name, _)| name == collection))
+            .collect()
+    }
+
+    fn vectors(&self) -> VectorStamp {
+        self.vectors.clone()
     }
 }
 
@@ -211,6 +286,13 @@ impl ReplicaApplier {
     }
 }
 
+fn entry_name(entry: &CollectionEntry<CollectionRuntime>) -> &str {
+    match entry {
+        CollectionEntry::Ready(collection) => &collection.name,
+        CollectionEntry::Faulted(faulted) => &faulted.name,
+    }
+}
+
 /// The log position that created the collection here; `None` for one from before replication.
 fn created_at(entry: &CollectionEntry<CollectionRuntime>) -> Option<u64> {
     match entry {
@@ -293,6 +375,22 @@ impl Engine {
                 "a single node without its write queue",
             )),
         }
+    }
+
+    /// Replaces this replica's lost write log by a new one, re-seeded from its data or empty (see
+    /// `replication::recover`); every replica then applies the new log from its start.
+    /// FAILED_PRECONDITION on a single node, or while the log is not lost.
+    pub async fn recover_log(&self, recovery: Recovery, confirm: &str) -> Result<Recovered> {
+        let Some(replication) = self.replication() else {
+            return Err(LatheError::Precondition(
+                "this server is a single node (replication.nats_url is not set): there is no write log to recover".into(),
+            ));
+        };
+        let seed = Arc::new(ReplicaSeed {
+            catalog: Arc::clone(&self.catalog),
+            vectors: self.vector_stamp(),
+        });
+        replication.recover(recovery, seed, confirm).await
     }
 
     /// The position this replica has applied (0 on a single node).

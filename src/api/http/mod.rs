@@ -251,6 +251,7 @@ async fn dispatch(
         Rpc::CreateSnapshot => call.run(|r| adapter.create_snapshot(r)).await,
         Rpc::ListSnapshots => call.run(|r| adapter.list_snapshots(r)).await,
         Rpc::DeleteSnapshot => call.run(|r| adapter.delete_snapshot(r)).await,
+        Rpc::RecoverLog => call.run(|r| adapter.recover_log(r)).await,
         Rpc::DownloadSnapshot => download(adapter, call).await,
         Rpc::RestoreSnapshot => {
             let message = json::decode(call.object)?;

@@ -28,6 +28,7 @@ pub enum Rpc {
     DeleteSnapshot,
     DownloadSnapshot,
     RestoreSnapshot,
+    RecoverLog,
 }
 
 impl Rpc {
@@ -54,6 +55,7 @@ impl Rpc {
             Rpc::DeleteSnapshot => "DeleteSnapshot",
             Rpc::DownloadSnapshot => "DownloadSnapshot",
             Rpc::RestoreSnapshot => "RestoreSnapshot",
+            Rpc::RecoverLog => "RecoverLog",
         }
     }
 }
@@ -201,6 +203,12 @@ pub const ROUTES: &[Route] = &[
         "/v1/collections/{collection}:restore",
         Body::File,
     ),
+    route(
+        Rpc::RecoverLog,
+        Method::POST,
+        "/v1/log:recover",
+        Body::Message,
+    ),
 ];
 
 const fn route(rpc: Rpc, method: Method, path: &'static str, body: Body) -> Route {
@@ -300,7 +308,11 @@ mod tests {
 
     #[test]
     fn every_served_rpc_has_one_route_and_paths_match_with_their_parameters() {
-        assert_eq!(ROUTES.len(), 20);
+        assert_eq!(ROUTES.len(), 21);
+        assert_eq!(
+            matched(Method::POST, "/v1/log:recover"),
+            Some((Rpc::RecoverLog, vec![]))
+        );
         assert_eq!(
             matched(
                 Method::DELETE,

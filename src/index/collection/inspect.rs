@@ -1,14 +1,16 @@
 //! Read-only views of a collection's stored data for tools that check the index from outside
 //! the query path (`lathe-bench` measures the dense leg's recall against exact search over these
-//! vectors; `lathe export` writes out the live documents). Nothing here is used when serving.
+//! vectors; `lathe export` writes out the live documents; a replica re-seeding a lost write log
+//! publishes every live document's stored version). Nothing here is used when serving.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use tantivy::DocAddress;
 
 use super::handle::CollectionIndex;
+use super::records::{DocumentRecord, SectionRecord};
 use super::schema::HEADING_SEPARATOR;
-use super::section_document::{decode_verified_section, first_vector_row};
+use super::section_document::{decode_ranges, decode_verified_section, first_vector_row};
 use super::snapshot::Snapshot;
 use crate::error::{LatheError, Result};
 
@@ -75,6 +77,52 @@ impl CollectionIndex {
         &self,
         mut visit: impl FnMut(StoredDocument) -> Result<()>,
     ) -> Result<()> {
+        self.for_each_stored_version(|record, text_bytes| {
+            visit(StoredDocument {
+                doc_id: record.doc_id,
+                title: record.title,
+                metadata: record.metadata,
+                text_bytes,
+                sections: record
+                    .sections
+                    .into_iter()
+                    .map(|section| StoredDocumentSection {
+                        ordinal: section.ordinal,
+                        heading_path: section.heading_path,
+                        text: section.text,
+                        gap_after: section.gap_after,
+                        byte_start: section.byte_start,
+                        char_start: section.char_start,
+                    })
+                    .collect(),
+            })
+        })
+    }
+
+    /// [`CollectionIndex::for_each_stored_document`] as whole versions, vectors and sentence
+    /// ranges included: what a writer took, so that writing them again (here or on another
+    /// replica) stores the same sections under the same keys. A version whose document length
+    /// was not stored gets the end of its last section and the whitespace after it.
+    pub fn for_each_stored_record(
+        &self,
+        mut visit: impl FnMut(DocumentRecord) -> Result<()>,
+    ) -> Result<()> {
+        self.for_each_stored_version(|mut record, text_bytes| {
+            record.text_bytes = text_bytes.unwrap_or_else(|| {
+                record.sections.last().map_or(0, |last| {
+                    last.byte_start + (last.text.len() + last.gap_after.len()) as u64
+                })
+            });
+            visit(record)
+        })
+    }
+
+    /// Every live document's version and its stored length (see
+    /// [`CollectionIndex::for_each_stored_document`] for the order, the memory and the errors).
+    fn for_each_stored_version(
+        &self,
+        mut visit: impl FnMut(DocumentRecord, Option<u64>) -> Result<()>,
+    ) -> Result<()> {
         let snapshot = self.snapshot();
         let mut documents: BTreeMap<String, Vec<DocAddress>> = BTreeMap::new();
         let mut doc_id = String::new();
@@ -103,19 +151,20 @@ impl CollectionIndex {
         for (doc_id, mut addresses) in documents {
             // In doc-store order: each block is decompressed once for the document's sections.
             addresses.sort();
-            visit(self.read_stored_document(&snapshot, doc_id, &addresses)?)?;
+            let (record, text_bytes) = self.read_stored_version(&snapshot, doc_id, &addresses)?;
+            visit(record, text_bytes)?;
         }
         Ok(())
     }
 
-    /// The document `doc_id` from its live sections at `addresses` (see
-    /// [`CollectionIndex::for_each_stored_document`]).
-    fn read_stored_document(
+    /// The version of `doc_id` its live sections at `addresses` hold, and the document's stored
+    /// length (see [`CollectionIndex::for_each_stored_document`]).
+    fn read_stored_version(
         &self,
         snapshot: &Snapshot,
         doc_id: String,
         addresses: &[DocAddress],
-    ) -> Result<StoredDocument> {
+    ) -> Result<(DocumentRecord, Option<u64>)> {
         let damaged = |why: String| LatheError::internal(format!("document `{doc_id}`: {why}"));
         let mut versions = BTreeSet::new();
         let mut sections = Vec::with_capacity(addresses.len());
@@ -140,7 +189,7 @@ impl CollectionIndex {
                     .ok()
                     .and_then(|column| column.first(address.doc_id));
             }
-            sections.push(StoredDocumentSection {
+            sections.push(SectionRecord {
                 ordinal: section.ordinal,
                 heading_path: if section.heading_path.is_empty() {
                     Vec::new()
@@ -155,6 +204,10 @@ impl CollectionIndex {
                 gap_after: section.gap_after.to_string(),
                 byte_start: section.byte_start,
                 char_start: section.char_start,
+                section_key: section.section_key,
+                sentences: decode_ranges(section.sentence_ranges),
+                sentence_vectors: section.sentence_vectors.to_vec(),
+                section_vector: section.section_vector.to_vec(),
             });
         }
         if versions.len() > 1 {
@@ -166,13 +219,15 @@ impl CollectionIndex {
         let metadata = serde_json::from_str(&metadata_json)
             .map_err(|error| damaged(format!("stored metadata: {error}")))?;
         sections.sort_by_key(|section| section.ordinal);
-        Ok(StoredDocument {
+        let record = DocumentRecord {
             doc_id,
             title,
             metadata,
-            text_bytes,
+            text_bytes: 0,
+            version: versions.into_iter().next().unwrap_or_default(),
             sections,
-        })
+        };
+        Ok((record, text_bytes))
     }
 }
 
@@ -204,6 +259,67 @@ mod tests {
         // Stored quantised: equal to the written vector within quantisation error.
         for (got, want) in vectors[0].1.iter().zip([0.0, 0.6, 0.8, 0.0]) {
             assert!((got - want).abs() < 0.02, "{:?}", vectors[0].1);
+        }
+    }
+
+    #[test]
+    fn stored_records_are_the_versions_as_written_vectors_and_keys_included() {
+        let data_dir = tempfile::tempdir().unwrap();
+        let index = open_dense(&data_dir.path().join("index"), 4).unwrap();
+        let mut a = document("a", 3, &["boats in the harbour. Gulls above.", "the quay"]);
+        a.sections[0].sentences = vec![0..21, 22..34];
+        a.sections[0].heading_path = vec!["Port".to_string(), "Boats".to_string()];
+        a.sections[0].gap_after = "\n".to_string();
+        a.sections[1].byte_start = 35;
+        a.sections[1].char_start = 35;
+        a.text_bytes = 43;
+        for (k, section) in a.sections.iter_mut().enumerate() {
+            section.section_vector = vector_bytes(&[1.0, k as f32, 0.0, 0.5]);
+            let rows = section.sentences.len();
+            let values = (0..rows * 4).map(|v| (v + k) as f32 / 8.0).collect();
+            let matrix = crate::embed::VectorMatrix::from_values(4, values).unwrap();
+            section.sentence_vectors =
+                crate::embed::QuantizedVectors::from_matrix(&matrix).to_bytes();
+        }
+        write_and_wait(&index, vec![WriteOp::Upsert(a.clone())]);
+
+        let mut seen = Vec::new();
+        index
+            .for_each_stored_record(|record| {
+                seen.push(record);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(seen.len(), 1);
+        let got = &seen[0];
+        assert_eq!(
+            (
+                &got.doc_id,
+                &got.title,
+                &got.metadata,
+                got.text_bytes,
+                got.version
+            ),
+            (&a.doc_id, &a.title, &a.metadata, a.text_bytes, a.version)
+        );
+        assert_eq!(got.sections.len(), a.sections.len());
+        for (got, want) in got.sections.iter().zip(&a.sections) {
+            assert_eq!(
+                (got.ordinal, &got.heading_path, &got.text, &got.gap_after),
+                (
+                    want.ordinal,
+                    &want.heading_path,
+                    &want.text,
+                    &want.gap_after
+                )
+            );
+            assert_eq!(
+                (got.byte_start, got.char_start, got.section_key),
+                (want.byte_start, want.char_start, want.section_key)
+            );
+            assert_eq!(got.sentences, want.sentences);
+            assert_eq!(got.sentence_vectors, want.sentence_vectors);
+            assert_eq!(got.section_vector, want.section_vector);
         }
     }
 

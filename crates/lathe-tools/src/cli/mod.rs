@@ -10,6 +10,7 @@ mod health;
 mod ingest;
 pub mod ops;
 mod query;
+mod replicas;
 mod snapshot;
 mod units;
 
@@ -19,4 +20,5 @@ pub use health::{health, HealthArgs};
 pub use ingest::{documents_from_jsonl, ingest, IngestArgs};
 pub use ops::{ops, OpsArgs};
 pub use query::{query, QueryArgs};
+pub use replicas::{replicas, ReplicasArgs};
 pub use snapshot::{restore, snapshot, RestoreArgs, SnapshotArgs};

@@ -64,6 +64,12 @@ class ResultOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RESULT_ORDER_SCORE: _ClassVar[ResultOrder]
     RESULT_ORDER_POSITION: _ClassVar[ResultOrder]
+
+class Recovery(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RECOVERY_UNSPECIFIED: _ClassVar[Recovery]
+    RECOVERY_RESEED: _ClassVar[Recovery]
+    RECOVERY_START_OVER: _ClassVar[Recovery]
 COLLECTION_STATE_UNSPECIFIED: CollectionState
 COLLECTION_STATE_READY: CollectionState
 COLLECTION_STATE_DAMAGED: CollectionState
@@ -98,6 +104,9 @@ SEMANTIC_THRESHOLD_INTERQUARTILE: SemanticThreshold
 SEMANTIC_THRESHOLD_GRADIENT: SemanticThreshold
 RESULT_ORDER_SCORE: ResultOrder
 RESULT_ORDER_POSITION: ResultOrder
+RECOVERY_UNSPECIFIED: Recovery
+RECOVERY_RESEED: Recovery
+RECOVERY_START_OVER: Recovery
 
 class CollectionSettings(_message.Message):
     __slots__ = ("budget_tokenizer", "default_chunking", "section_tokens")
@@ -598,3 +607,27 @@ class RestoreSnapshotResponse(_message.Message):
     files: int
     bytes: int
     def __init__(self, collection: _Optional[_Union[CollectionInfo, _Mapping]] = ..., source_collection: _Optional[str] = ..., generation: _Optional[int] = ..., files: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class RecoverLogRequest(_message.Message):
+    __slots__ = ("recovery", "confirm_stream")
+    RECOVERY_FIELD_NUMBER: _ClassVar[int]
+    CONFIRM_STREAM_FIELD_NUMBER: _ClassVar[int]
+    recovery: Recovery
+    confirm_stream: str
+    def __init__(self, recovery: _Optional[_Union[Recovery, str]] = ..., confirm_stream: _Optional[str] = ...) -> None: ...
+
+class RecoverLogResponse(_message.Message):
+    __slots__ = ("incarnation", "collections", "documents", "aliases", "log_position", "skipped")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIONS_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    ALIASES_FIELD_NUMBER: _ClassVar[int]
+    LOG_POSITION_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    collections: int
+    documents: int
+    aliases: int
+    log_position: int
+    skipped: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, incarnation: _Optional[str] = ..., collections: _Optional[int] = ..., documents: _Optional[int] = ..., aliases: _Optional[int] = ..., log_position: _Optional[int] = ..., skipped: _Optional[_Iterable[str]] = ...) -> None: ...

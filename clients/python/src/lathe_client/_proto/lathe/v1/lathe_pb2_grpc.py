@@ -134,6 +134,11 @@ class LatheStub:
                 request_serializer=lathe_dot_v1_dot_lathe__pb2.ListAliasesRequest.SerializeToString,
                 response_deserializer=lathe_dot_v1_dot_lathe__pb2.ListAliasesResponse.FromString,
                 _registered_method=True)
+        self.RecoverLog = channel.unary_unary(
+                '/lathe.v1.Lathe/RecoverLog',
+                request_serializer=lathe_dot_v1_dot_lathe__pb2.RecoverLogRequest.SerializeToString,
+                response_deserializer=lathe_dot_v1_dot_lathe__pb2.RecoverLogResponse.FromString,
+                _registered_method=True)
 
 
 class LatheServicer:
@@ -288,6 +293,18 @@ class LatheServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecoverLog(self, request, context):
+        """Replicas only, once the write log is lost (the stream deleted, purged or made again; README,
+        "Replicas"): an operator's decision. RECOVERY_RESEED empties the stream and publishes this
+        replica's data into it (every collection, document version and alias: nothing is embedded
+        again); RECOVERY_START_OVER empties it. Then every replica whose data came from the lost log,
+        this one included, drops that data and applies the new log from its start (NOT_SERVING until
+        caught up). FAILED_PRECONDITION on a single node or while the log is not lost.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LatheServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -390,6 +407,11 @@ def add_LatheServicer_to_server(servicer, server):
                     servicer.ListAliases,
                     request_deserializer=lathe_dot_v1_dot_lathe__pb2.ListAliasesRequest.FromString,
                     response_serializer=lathe_dot_v1_dot_lathe__pb2.ListAliasesResponse.SerializeToString,
+            ),
+            'RecoverLog': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecoverLog,
+                    request_deserializer=lathe_dot_v1_dot_lathe__pb2.RecoverLogRequest.FromString,
+                    response_serializer=lathe_dot_v1_dot_lathe__pb2.RecoverLogResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -932,6 +954,33 @@ class Lathe:
             '/lathe.v1.Lathe/ListAliases',
             lathe_dot_v1_dot_lathe__pb2.ListAliasesRequest.SerializeToString,
             lathe_dot_v1_dot_lathe__pb2.ListAliasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecoverLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lathe.v1.Lathe/RecoverLog',
+            lathe_dot_v1_dot_lathe__pb2.RecoverLogRequest.SerializeToString,
+            lathe_dot_v1_dot_lathe__pb2.RecoverLogResponse.FromString,
             options,
             channel_credentials,
             insecure,
