@@ -88,7 +88,7 @@ async fn the_same_write_id_sent_three_times_to_two_replicas_is_stored_once() {
     // Nothing was stored by the repeats: the next entry comes right after the first write's.
     let next = write(&mut b.client, "docs", documents(10..11, 40)).await;
     assert_eq!(next, tokens[0] + 1, "the repeats stored nothing");
-    // A version split into parts: the repeat's own parts are removed, the first's stand.
+    // A version split into parts: the repeat stores no part, the first's stand.
     let mut big = documents(100..101, 30_000);
     big[0].id = "big".into();
     let big_request = proto::UpsertDocumentsRequest {
@@ -120,6 +120,12 @@ async fn the_same_write_id_sent_three_times_to_two_replicas_is_stored_once() {
         }
     };
     let first_delete = deleted(&mut a.client).await;
+    // The repeat stored none of its parts either: the next entry follows the split version's.
+    assert_eq!(
+        first_delete,
+        big_tokens[0] + 1,
+        "the repeated split write stored nothing"
+    );
     assert_eq!(deleted(&mut b.client).await, first_delete);
     for replica in [&mut a, &mut b] {
         let ids = ["doc0", "doc1", "doc2", "doc10", "big"].map(String::from);

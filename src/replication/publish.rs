@@ -9,7 +9,9 @@
 //! publication purged. Once it is stored, every part of the document older than its own first
 //! part (earlier versions', and parts of publications that never got their entry stored) is
 //! purged; a tombstone purges them all. Parts of a split version replaced by an inline one stay
-//! until the document is next written split, deleted, or its collection deleted.
+//! until the document is next written split, deleted, or its collection deleted. A write sent
+//! again with its `write_id` stores nothing: its parts carry message ids derived from it, so
+//! JetStream answers the first publication's parts and entry (see `publish_parts`).
 
 use async_nats::jetstream;
 use async_nats::jetstream::context::PublishErrorKind;
@@ -193,12 +195,7 @@ impl Replication {
         self.send(subject, message)
             .await
             .map(|(sequence, _duplicate)| sequence)
-            .map_err(|failure| match failure {
-                PublishFailure::Raced => {
-                    LatheError::internal("an unconditional publish was refused")
-                }
-                PublishFailure::Other(error) => error,
-            })
+            .map_err(PublishFailure::into_error)
     }
 
     async fn send(
@@ -246,15 +243,11 @@ impl Replication {
                 Err(e) => return Err(log_unavailable(self.url(), e)),
             };
             let publication = format!("{:016x}", rand::random::<u64>());
-            let mut sequences = Vec::new();
-            for (k, part) in document.bytes.chunks(max).enumerate() {
-                let subject = self
-                    .subjects
-                    .part(collection, &document.doc_id, &publication, k);
-                let message = PublishMessage::build().payload(part.to_vec().into());
-                sequences.push(self.publish_one(subject, message).await?);
-            }
-            let first_part = sequences[0];
+            let parts = self
+                .publish_parts(stream, collection, &document, max, &publication, &id)
+                .await?;
+            let (sequences, fresh) = (parts.sequences, parts.fresh);
+            let first_part = sequences.iter().copied().min().unwrap_or(0);
             let head = codec::encode_parts(PartsRef {
                 collection: collection.to_string(),
                 doc_id: document.doc_id.clone(),
@@ -270,8 +263,9 @@ impl Replication {
                 .await
             {
                 Ok((position, true)) => {
-                    // The same write was published before: its parts stand, these go.
-                    for sequence in sequences {
+                    // The same write was published before: its parts stand; any stored anew
+                    // by this call go.
+                    for sequence in fresh {
                         let _ = stream.delete_message(sequence).await;
                     }
                     return Ok(position);
@@ -284,8 +278,10 @@ impl Replication {
                     return Ok(position);
                 }
                 Err(PublishFailure::Raced) => {
-                    for sequence in sequences {
-                        // Best effort: what is left is purged by the document's next write.
+                    // Only the parts this call stored: one answered as a duplicate may belong
+                    // to a stored version. Best effort: what is left is purged by the
+                    // document's next split write or its delete.
+                    for sequence in fresh {
                         let _ = stream.delete_message(sequence).await;
                     }
                 }
@@ -296,6 +292,67 @@ impl Replication {
             "document `{}` was written by others {SPLIT_ATTEMPTS} times while this version was being published; resend it",
             document.doc_id
         )))
+    }
+}
+
+/// The parts of one split publication, in order, and those this call stored (the others were
+/// stored by an earlier publication of the same write: see [`Replication::publish_parts`]).
+struct PublishedParts {
+    sequences: Vec<u64>,
+    fresh: Vec<u64>,
+}
+
+impl Replication {
+    /// Publishes the parts of `document` under `publication`. With a write's message `id`, part
+    /// k carries `<id>-part-<k>`: a write sent again within the dedupe window stores no part
+    /// twice (JetStream answers the first one's sequence), so a repeat costs no stream space.
+    /// A part answered as a duplicate whose message is gone since (a publication refused after
+    /// another version won, then its parts deleted) is stored anew, without an id.
+    async fn publish_parts(
+        &self,
+        stream: &jetstream::stream::Stream,
+        collection: &str,
+        document: &EncodedDocument,
+        max: usize,
+        publication: &str,
+        id: &Option<String>,
+    ) -> Result<PublishedParts> {
+        let mut parts = PublishedParts {
+            sequences: Vec::new(),
+            fresh: Vec::new(),
+        };
+        for (k, part) in document.bytes.chunks(max).enumerate() {
+            let subject = self
+                .subjects
+                .part(collection, &document.doc_id, publication, k);
+            let part_id = id.as_ref().map(|id| format!("{id}-part-{k}"));
+            let message = PublishMessage::build().payload(part.to_vec().into());
+            let (mut sequence, mut duplicate) = self
+                .send(subject.clone(), with_id(message, part_id))
+                .await
+                .map_err(PublishFailure::into_error)?;
+            if duplicate && !part_stored(stream, self.url(), sequence).await? {
+                let message = PublishMessage::build().payload(part.to_vec().into());
+                (sequence, duplicate) = self
+                    .send(subject, message)
+                    .await
+                    .map_err(PublishFailure::into_error)?;
+            }
+            if !duplicate {
+                parts.fresh.push(sequence);
+            }
+            parts.sequences.push(sequence);
+        }
+        Ok(parts)
+    }
+}
+
+/// Whether the stream still holds the message at `sequence`.
+async fn part_stored(stream: &jetstream::stream::Stream, url: &str, sequence: u64) -> Result<bool> {
+    match stream.get_raw_message(sequence).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(false),
+        Err(e) => Err(log_unavailable(url, e)),
     }
 }
 
@@ -329,6 +386,16 @@ enum PublishFailure {
     /// JetStream refused an entry whose subject moved on since it was read.
     Raced,
     Other(LatheError),
+}
+
+impl PublishFailure {
+    /// For a publish that sets no expectation (so cannot race).
+    fn into_error(self) -> LatheError {
+        match self {
+            PublishFailure::Raced => LatheError::internal("an unconditional publish was refused"),
+            PublishFailure::Other(error) => error,
+        }
+    }
 }
 
 /// Purges the messages of `subject` (a filter) stored before `position`.
