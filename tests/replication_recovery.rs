@@ -4,7 +4,8 @@
 //! - `lathe replicas reseed`: the stream deleted under two replicas, one of which was down and
 //!   behind; the log is re-seeded from the one that has everything, and both converge to it:
 //!   SERVING again, every document and alias on both, the same answers at the same position,
-//!   writes taken and applied everywhere, and a new replica bootstraps from the new log.
+//!   writes taken and applied everywhere; a third replica, down from before the loss until
+//!   after the recovery, adopts the new log when it starts; a new replica bootstraps from it.
 //! - `lathe replicas start-over`: the stream purged; refused while the log is not lost, or without
 //!   the stream's name; then every replica drops what the lost log made and serves an empty log
 //!   that takes new collections.
@@ -94,12 +95,15 @@ async fn a_deleted_log_is_reseeded_from_one_replica_and_every_replica_converges_
     let nats = Nats::start(dir.path(), None);
     let mut a = Replica::start_ready(&dir.path().join("a"), &nats).await;
     let mut b = Replica::start_ready(&dir.path().join("b"), &nats).await;
+    let mut c = Replica::start_ready(&dir.path().join("c"), &nats).await;
     create(&mut a.client, "c").await;
     let token = write(&mut a.client, "c", documents(0..10, 40)).await;
-    assert_eq!(
-        present(&mut b.client, "c", &ids(0..10), token).await.len(),
-        10
-    );
+    for replica in [&mut b, &mut c] {
+        let found = present(&mut replica.client, "c", &ids(0..10), token).await;
+        assert_eq!(found.len(), 10);
+    }
+    // c is down from before the loss until after the recovery (a rolling restart).
+    c.kill();
     a.client
         .create_alias(proto::CreateAliasRequest {
             alias: "live".into(),
@@ -198,6 +202,14 @@ async fn a_deleted_log_is_reseeded_from_one_replica_and_every_replica_converges_
         present(&mut a.client, "c", &ids(20..22), token).await.len(),
         2
     );
+    // A replica that was down throughout adopts the new log when it starts.
+    let mut c = Replica::start(&dir.path().join("c"), &nats).await;
+    until_serving(&c, Duration::from_secs(60)).await;
+    assert!(c
+        .log_line("adopted the recovered write log")
+        .contains("re-seeded"));
+    let found = present(&mut c.client, "c", &ids(0..22), token).await;
+    assert_eq!(found.len(), 17);
     // A new replica bootstraps from the new log.
     let mut fresh = Replica::start_ready(&dir.path().join("fresh"), &nats).await;
     assert_eq!(
