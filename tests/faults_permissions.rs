@@ -206,4 +206,35 @@ async fn a_collection_the_server_may_not_read_is_offline_with_the_fix_and_serves
     );
     assert_eq!(locked_after, locked_before);
     binary::stop(server);
+
+    // The same for the dense index's folder alone: its vectors are not dropped and rebuilt, and
+    // nothing in it is removed; the collection is offline until the server may read it.
+    let dense = data.join("collections/locked/dense");
+    let files_before = std::fs::read_dir(&dense).unwrap().count();
+    chmod(&dense, 0o000);
+    let (server, mut client) = start(&installed, &data).await;
+    let locked = state(&mut client, "locked").await;
+    assert_eq!(
+        locked.state(),
+        proto::CollectionState::Offline,
+        "{locked:?}"
+    );
+    assert!(
+        locked.reason.contains("collections/locked/dense")
+            && locked.reason.contains("chown or chmod"),
+        "{locked:?}"
+    );
+    binary::stop(server);
+    chmod(&dense, 0o755);
+    assert_eq!(std::fs::read_dir(&dense).unwrap().count(), files_before);
+    let (server, mut client) = start(&installed, &data).await;
+    let locked_after = answer(
+        retrieve(
+            &mut client,
+            retrieve_request("locked", "granite lantern", 512),
+        )
+        .await,
+    );
+    assert_eq!(locked_after, locked_before);
+    binary::stop(server);
 }

@@ -91,7 +91,8 @@ fn permission_denied(error: &std::io::Error) -> String {
     )
 }
 
-/// A file or folder of the index the server may not read, if any: a permission is not damage.
+/// A file or folder of an index folder (tantivy's, or the dense one) the server may not read,
+/// if any: a permission is not damage.
 fn find_unreadable(index_dir: &Path) -> Option<Fault> {
     let listing = match std::fs::read_dir(index_dir) {
         Ok(listing) => listing,
@@ -131,7 +132,14 @@ pub(super) fn check_index_meta(index_dir: &Path) -> Result<(), Fault> {
 /// Names the file that made opening the index fail. tantivy's errors do not always name it: the
 /// files of the live segments are checked against the checksums in their footers.
 pub(super) fn diagnose_index(index_dir: &Path, error: &LatheError) -> Fault {
-    if let Some(fault) = find_unreadable(index_dir) {
+    // The dense index beside it (`<collection>/dense/`) is opened with it.
+    let dense_dir = index_dir
+        .parent()
+        .map(|collection| collection.join("dense"));
+    let unreadable = std::iter::once(index_dir)
+        .chain(dense_dir.as_deref())
+        .find_map(find_unreadable);
+    if let Some(fault) = unreadable {
         return fault;
     }
     let opening = format!("opening the index failed: {error}");
