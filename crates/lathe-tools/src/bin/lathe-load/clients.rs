@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
@@ -49,6 +49,8 @@ pub(crate) struct ClientWork {
     pub(crate) order: proto::ResultOrder,
     pub(crate) interval: Option<Arc<Interval>>,
     pub(crate) deadline: Instant,
+    /// With `--rate`: the time between one client's requests.
+    pub(crate) pace: Option<Duration>,
 }
 
 impl ClientWork {
@@ -92,13 +94,27 @@ pub(crate) async fn run_client(
     work: ClientWork,
 ) -> ClientStats {
     let mut stats = ClientStats::default();
+    // Open loop: requests are due on a schedule, and one answered late leaves the later ones
+    // due when they were (a burst catches up), so a slow answer cannot hide the wait it causes.
+    let mut schedule = work.pace.map(|pace| {
+        let mut schedule = tokio::time::interval(pace);
+        schedule.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        schedule
+    });
     while Instant::now() < work.deadline {
+        let due = match &mut schedule {
+            Some(schedule) => Some(schedule.tick().await.into_std()),
+            None => None,
+        };
+        if Instant::now() >= work.deadline {
+            break;
+        }
         let i = work.counter.fetch_add(1, Ordering::Relaxed);
         if i - work.first_request >= work.max_requests {
             break;
         }
         let request = work.request(i);
-        let sent = Instant::now();
+        let sent = due.unwrap_or_else(Instant::now);
         let result = client.retrieve(request).await;
         let micros = sent.elapsed().as_micros().min(u32::MAX as u128) as u32;
         match result {

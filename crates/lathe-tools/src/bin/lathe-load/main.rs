@@ -87,6 +87,12 @@ pub(crate) struct Args {
     /// under its heading path).
     #[arg(long, default_value = "score", value_parser = ["score", "position"])]
     pub(crate) order: String,
+    /// Requests a second per client, sent on a fixed schedule whatever the answers' latency
+    /// (an open loop: a late answer delays none of the later requests, and each latency counts
+    /// from when its request was due); 0 (the default): each client sends its next request as
+    /// soon as the last is answered.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) rate: f64,
     /// Query this existing collection of the server given with `--addr` instead of ingesting the
     /// dataset into a new one (its questions are still read from the dataset); it is kept.
     #[arg(long)]

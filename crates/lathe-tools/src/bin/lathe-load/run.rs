@@ -153,6 +153,7 @@ pub(crate) async fn run(target: &LoadTarget, shape: RunShape) -> anyhow::Result<
         },
         interval,
         deadline,
+        pace: (args.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / args.rate)),
     };
     let tasks: Vec<_> = connections
         .into_iter()
