@@ -192,17 +192,7 @@ impl Replication {
     async fn write_record(&self, record: &Incarnation, expected: Option<u64>) -> Result<u64> {
         let payload = serde_json::to_vec(record)
             .map_err(|e| LatheError::internal(format!("encoding the log's incarnation: {e}")))?;
-        let mut message = PublishMessage::build().payload(payload.into());
-        if let Some(expected) = expected {
-            message = message.expected_last_subject_sequence(expected);
-        }
-        let stored = async {
-            self.jetstream
-                .send_publish(self.subjects.incarnation(), message)
-                .await?
-                .await
-        };
-        match stored.await {
+        match self.publish_incarnation(payload, expected).await {
             Ok(ack) => Ok(ack.sequence),
             Err(error) if error.kind() == PublishErrorKind::WrongLastSequence => {
                 Err(LatheError::Precondition(format!(

@@ -191,20 +191,31 @@ impl Replication {
         }
     }
 
+    /// Publishes `payload` as the log's incarnation entry; with `expected`, only if the
+    /// subject's last entry is at that sequence (0: it has none).
+    pub(super) async fn publish_incarnation(
+        &self,
+        payload: Vec<u8>,
+        expected: Option<u64>,
+    ) -> std::result::Result<jetstream::publish::PublishAck, jetstream::context::PublishError> {
+        let mut message = PublishMessage::build().payload(payload.into());
+        if let Some(expected) = expected {
+            message = message.expected_last_subject_sequence(expected);
+        }
+        self.jetstream
+            .send_publish(self.subjects.incarnation(), message)
+            .await?
+            .await
+    }
+
     /// Writes the incarnation if there is none yet (only the first of racing replicas does)
     /// and returns the one the stream holds.
     async fn write_incarnation(&self, stream: &jetstream::stream::Stream) -> Result<String> {
         let id = format!("{:032x}", rand::random::<u128>());
-        let message = PublishMessage::build()
-            .payload(id.clone().into())
-            .expected_last_subject_sequence(0);
-        let stored = async {
-            self.jetstream
-                .send_publish(self.subjects.incarnation(), message)
-                .await?
-                .await
-        };
-        match stored.await {
+        match self
+            .publish_incarnation(id.clone().into_bytes(), Some(0))
+            .await
+        {
             Ok(_) => {
                 tracing::info!(
                     url = self.url(),

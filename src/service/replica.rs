@@ -1,6 +1,9 @@
 //! The service's side of replication (on when `replication.nats_url` is set): the applier that
 //! turns log entries into collection changes on this replica, and the engine's calls that read
-//! the log (a collection another replica created, a read after a consistency token).
+//! the log (a collection another replica created, a read after a consistency token). Once the
+//! log is lost, an operator's recovery reads this replica's data through `ReplicaSeed` (a
+//! re-seed), and every replica drops what the lost log made through `Applier::reset` before
+//! applying the new one.
 //!
 //! Applying is exactly once per collection: an entry is applied only to the collection's
 //! current incarnation (its position is above the collection's creating entry) and only once
