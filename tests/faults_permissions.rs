@@ -124,6 +124,16 @@ async fn state(client: &mut Client, name: &str) -> proto::CollectionInfo {
         .into_inner()
 }
 
+/// `name` is listed OFFLINE, its reason holding `cause` and the fix.
+async fn assert_offline(client: &mut Client, name: &str, cause: &str) {
+    let info = state(client, name).await;
+    assert_eq!(info.state(), proto::CollectionState::Offline, "{info:?}");
+    assert!(
+        info.reason.contains(cause) && info.reason.contains("chown or chmod"),
+        "{info:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collection_the_server_may_not_read_is_offline_with_the_fix_and_serves_once_it_may() {
     let dir = tempfile::tempdir().unwrap();
@@ -155,16 +165,7 @@ async fn a_collection_the_server_may_not_read_is_offline_with_the_fix_and_serves
     let index = data.join("collections/locked/index");
     chmod(&index, 0o000);
     let (server, mut client) = start(&installed, &data).await;
-    let locked = state(&mut client, "locked").await;
-    assert_eq!(
-        locked.state(),
-        proto::CollectionState::Offline,
-        "{locked:?}"
-    );
-    assert!(
-        locked.reason.contains("ermission denied") && locked.reason.contains("chown or chmod"),
-        "{locked:?}"
-    );
+    assert_offline(&mut client, "locked", "ermission denied").await;
     let refused = client
         .retrieve(retrieve_request("locked", "granite lantern", 512))
         .await;
@@ -213,17 +214,7 @@ async fn a_collection_the_server_may_not_read_is_offline_with_the_fix_and_serves
     let files_before = std::fs::read_dir(&dense).unwrap().count();
     chmod(&dense, 0o000);
     let (server, mut client) = start(&installed, &data).await;
-    let locked = state(&mut client, "locked").await;
-    assert_eq!(
-        locked.state(),
-        proto::CollectionState::Offline,
-        "{locked:?}"
-    );
-    assert!(
-        locked.reason.contains("collections/locked/dense")
-            && locked.reason.contains("chown or chmod"),
-        "{locked:?}"
-    );
+    assert_offline(&mut client, "locked", "collections/locked/dense").await;
     binary::stop(server);
     chmod(&dense, 0o755);
     assert_eq!(std::fs::read_dir(&dense).unwrap().count(), files_before);
