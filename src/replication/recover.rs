@@ -167,13 +167,15 @@ impl Replication {
             complete: false,
         };
         tracing::warn!(url = self.url(), stream = self.config.stream, %lost, origin = record.origin, "recovering the lost write log: the stream is emptied and a new log begins");
-        self.write_record(&record, Some(0)).await?;
+        let begun = self.write_record(&record, 0).await?;
         let mut recovered = match recovery {
             Recovery::Reseed => self.seed(&stream, seed).await?,
             Recovery::StartOver => Recovered::default(),
         };
         record.complete = true;
-        recovered.position = self.write_record(&record, None).await?;
+        // Only over its own incomplete entry: a recovery begun elsewhere meanwhile emptied the
+        // stream again, and this one must not complete a log it no longer holds alone.
+        recovered.position = self.write_record(&record, begun).await?;
         recovered.incarnation = record.id.clone();
         tracing::warn!(
             url = self.url(),
@@ -187,16 +189,16 @@ impl Replication {
         Ok(recovered)
     }
 
-    /// Writes the incarnation entry; with `expected` (0: none yet), only if the subject's last
-    /// entry is that one, so a replica that wrote one meanwhile is not overwritten.
-    async fn write_record(&self, record: &Incarnation, expected: Option<u64>) -> Result<u64> {
+    /// Writes the incarnation entry, only if the subject's last entry is at `expected` (0: none
+    /// yet), so that what another replica wrote meanwhile is never overwritten.
+    async fn write_record(&self, record: &Incarnation, expected: u64) -> Result<u64> {
         let payload = serde_json::to_vec(record)
             .map_err(|e| LatheError::internal(format!("encoding the log's incarnation: {e}")))?;
-        match self.publish_incarnation(payload, expected).await {
+        match self.publish_incarnation(payload, Some(expected)).await {
             Ok(ack) => Ok(ack.sequence),
             Err(error) if error.kind() == PublishErrorKind::WrongLastSequence => {
                 Err(LatheError::Precondition(format!(
-                    "another replica wrote the log's incarnation while the stream `{}` was being emptied (a replica with an empty data dir is running): stop it, then run the recovery again",
+                    "another replica wrote the log's incarnation while this recovery ran (a replica with an empty data dir, or a recovery begun through another replica): stop it or let it finish, then run one recovery at a time; the stream `{}` holds no complete log of this one, so no replica adopts it",
                     self.config.stream
                 )))
             }
