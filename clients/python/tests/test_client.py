@@ -21,6 +21,7 @@ from lathe_client import (
     Lathe,
     LatheError,
     OperationState,
+    Recovery,
     ResultOrder,
 )
 
@@ -120,6 +121,14 @@ def test_collections_are_created_listed_read_and_deleted(lathe: Lathe) -> None:
     with pytest.raises(LatheError) as raised:
         lathe.get_collection(name)
     assert raised.value.code is grpc.StatusCode.NOT_FOUND
+
+
+def test_recover_log_on_a_single_node_is_refused_naming_it(lathe: Lathe) -> None:
+    # A single node has no write log: the replicas' recovery is refused, and nothing changes.
+    with pytest.raises(LatheError) as raised:
+        lathe.recover_log(Recovery.START_OVER, "LATHE")
+    assert raised.value.code is grpc.StatusCode.FAILED_PRECONDITION
+    assert "single node" in str(raised.value)
 
 
 def test_an_alias_names_a_collection_until_switched_and_is_listed(lathe: Lathe) -> None:

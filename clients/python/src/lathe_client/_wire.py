@@ -35,6 +35,8 @@ from lathe_client.types import (
     Operation,
     OperationKind,
     OperationState,
+    Recovered,
+    Recovery,
     ResultOrder,
     RetrieveResult,
     ScoreParts,
@@ -705,3 +707,20 @@ def _restore_messages(collection: str, path: str) -> Iterable[Any]:
                 collection=collection if first else "", data=data
             )
             first = False
+
+
+def _recover_log_request(recovery: Recovery, confirm_stream: str) -> lathe_pb2.RecoverLogRequest:
+    return lathe_pb2.RecoverLogRequest(
+        recovery=f"RECOVERY_{Recovery(recovery).name}", confirm_stream=confirm_stream
+    )
+
+
+def _recovered_from_proto(reply: lathe_pb2.RecoverLogResponse) -> Recovered:
+    return Recovered(
+        incarnation=reply.incarnation,
+        collections=reply.collections,
+        documents=reply.documents,
+        aliases=reply.aliases,
+        log_position=reply.log_position,
+        skipped=list(reply.skipped),
+    )

@@ -35,6 +35,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lathe_client._proto.lathe.v1 import lathe_pb2, lathe_pb2_grpc
 from lathe_client._wire import (
+    _recover_log_request,
+    _recovered_from_proto,
     _restore_messages,
     _restored_from_proto,
     _snapshot_from_proto,
@@ -74,6 +76,8 @@ from lathe_client.types import (
     CollectionDeleted,
     CollectionInfo,
     Operation,
+    Recovered,
+    Recovery,
     ResultOrder,
     RetrieveResult,
     WriteResult,
@@ -230,6 +234,14 @@ class AsyncLathe(_ClientBase):
             "ListAliases", self._stub.ListAliases, lathe_pb2.ListAliasesRequest()
         )
         return [Alias(alias=a.alias, collection=a.collection) for a in response.aliases]
+
+    async def recover_log(
+        self, recovery: Recovery, confirm_stream: str, *, timeout: float | None = None
+    ) -> Recovered:
+        """As `Lathe.recover_log`."""
+        request = _recover_log_request(recovery, confirm_stream)
+        reply = await self._call("RecoverLog", self._stub.RecoverLog, request, timeout)
+        return _recovered_from_proto(reply)
 
     # -- snapshots ---------------------------------------------------------------------------
 

@@ -10,6 +10,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lathe_client._proto.lathe.v1 import lathe_pb2, lathe_pb2_grpc
 from lathe_client._wire import (
+    _recover_log_request,
+    _recovered_from_proto,
     _restore_messages,
     _restored_from_proto,
     _snapshot_from_proto,
@@ -55,6 +57,8 @@ from lathe_client.types import (
     CollectionDeleted,
     CollectionInfo,
     Operation,
+    Recovered,
+    Recovery,
     ResultOrder,
     RetrieveResult,
     WriteResult,
@@ -215,6 +219,17 @@ class Lathe(_ClientBase):
             "ListAliases", self._stub.ListAliases, lathe_pb2.ListAliasesRequest()
         )
         return [Alias(alias=a.alias, collection=a.collection) for a in response.aliases]
+
+    def recover_log(
+        self, recovery: Recovery, confirm_stream: str, *, timeout: float | None = None
+    ) -> Recovered:
+        """Replicas only, once their write log is lost: a new log re-seeded from this replica's
+        data (`Recovery.RESEED`) or empty (`Recovery.START_OVER`); every replica then converges
+        to it (README, "Replicas"). `confirm_stream` names the stream (`replication.stream`).
+        FAILED_PRECONDITION on a single node or while the log is not lost."""
+        request = _recover_log_request(recovery, confirm_stream)
+        reply = self._call("RecoverLog", self._stub.RecoverLog, request, timeout)
+        return _recovered_from_proto(reply)
 
     # -- snapshots ---------------------------------------------------------------------------
 

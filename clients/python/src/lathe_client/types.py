@@ -23,6 +23,8 @@ __all__ = [
     "Operation",
     "OperationKind",
     "OperationState",
+    "Recovered",
+    "Recovery",
     "ResultOrder",
     "RetrieveResult",
     "ScoreParts",
@@ -216,6 +218,29 @@ class OperationKind(enum.Enum):
     UNSPECIFIED = "unspecified"
     UPSERT = "upsert"
     DELETE = "delete"
+
+
+class Recovery(enum.Enum):
+    """What an operator decides once a replicated write log is lost (see lathe.proto Recovery)."""
+
+    UNSPECIFIED = "unspecified"
+    # A new log holding the data of the replica asked.
+    RESEED = "reseed"
+    # A new, empty log.
+    START_OVER = "start_over"
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """What `Lathe.recover_log` did (see lathe.proto RecoverLogResponse)."""
+
+    incarnation: str
+    collections: int
+    documents: int
+    aliases: int
+    log_position: int
+    # Collections the replica could not read, "name: why": not in the new log.
+    skipped: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
