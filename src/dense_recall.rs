@@ -371,8 +371,12 @@ mod tests {
     }
 
     #[test]
-    fn one_graph_over_the_vectors_finds_each_of_them_first() {
-        // 200 unit vectors on a circle: each is its own nearest neighbour.
+    fn one_graph_over_the_vectors_finds_nearly_each_of_them_first() {
+        // 200 unit vectors on a circle: each is its own nearest neighbour. What is checked is
+        // which slot each key went to (a wrong wiring finds almost none first), not hnsw_rs's
+        // walk: it builds on several threads, and a ring of 2-d points is its worst case, so a
+        // point is now and then left unreachable or found after a neighbour its int8 rounding
+        // ties with (one missed in CI).
         let vectors: Vec<(u64, Vec<f32>)> = (0..200)
             .map(|i| {
                 let angle = i as f32 * std::f32::consts::TAU / 200.0;
@@ -380,9 +384,13 @@ mod tests {
             })
             .collect();
         let graph = one_graph_over(&vectors, &DenseIndexConfig::new(2), None);
-        for (slot, (_, vector)) in vectors.iter().enumerate() {
-            let found = graph.search(query_elements(vector), 1, 64);
-            assert_eq!(found[0].d_id, slot);
-        }
+        let found_first = vectors
+            .iter()
+            .enumerate()
+            .filter(|(slot, (_, vector))| {
+                graph.search(query_elements(vector), 1, 64)[0].d_id == *slot
+            })
+            .count();
+        assert!(found_first >= 196, "{found_first} of 200 found first");
     }
 }
