@@ -124,6 +124,12 @@ async fn state(client: &mut Client, name: &str) -> proto::CollectionInfo {
         .into_inner()
 }
 
+/// The documents of `locked`'s answer to the test's question.
+async fn locked_answer(client: &mut Client) -> Vec<String> {
+    let reply = retrieve(client, retrieve_request("locked", "granite lantern", 512)).await;
+    reply.chunks.iter().map(|c| c.doc_id.clone()).collect()
+}
+
 /// `name` is listed OFFLINE, its reason holding `cause` and the fix.
 async fn assert_offline(client: &mut Client, name: &str, cause: &str) {
     let info = state(client, name).await;
@@ -148,16 +154,7 @@ async fn a_collection_the_server_may_not_read_is_offline_with_the_fix_and_serves
         create_collection(&mut client, name).await;
         upsert(&mut client, name, (0..12).map(sectioned_document).collect()).await;
     }
-    let answer = |reply: proto::RetrieveResponse| -> Vec<String> {
-        reply.chunks.iter().map(|c| c.doc_id.clone()).collect()
-    };
-    let locked_before = answer(
-        retrieve(
-            &mut client,
-            retrieve_request("locked", "granite lantern", 512),
-        )
-        .await,
-    );
+    let locked_before = locked_answer(&mut client).await;
     assert!(!locked_before.is_empty());
     binary::stop(server);
 
@@ -198,13 +195,7 @@ async fn a_collection_the_server_may_not_read_is_offline_with_the_fix_and_serves
         state(&mut client, "locked").await.state(),
         proto::CollectionState::Ready
     );
-    let locked_after = answer(
-        retrieve(
-            &mut client,
-            retrieve_request("locked", "granite lantern", 512),
-        )
-        .await,
-    );
+    let locked_after = locked_answer(&mut client).await;
     assert_eq!(locked_after, locked_before);
     binary::stop(server);
 
@@ -219,13 +210,7 @@ async fn a_collection_the_server_may_not_read_is_offline_with_the_fix_and_serves
     chmod(&dense, 0o755);
     assert_eq!(std::fs::read_dir(&dense).unwrap().count(), files_before);
     let (server, mut client) = start(&installed, &data).await;
-    let locked_after = answer(
-        retrieve(
-            &mut client,
-            retrieve_request("locked", "granite lantern", 512),
-        )
-        .await,
-    );
+    let locked_after = locked_answer(&mut client).await;
     assert_eq!(locked_after, locked_before);
     binary::stop(server);
 }
