@@ -13,7 +13,10 @@
 //! (./models), `--dense off|static|minilm` (off), `--restarts R` (3), `--settle-seconds S` (15:
 //! how long the server is left alone before the idle samples, longer than the writers' idle
 //! close of 10 s by default), `--data-dir DIR` (a fresh temporary folder), `--env NAME=VALUE`
-//! (repeatable: extra `LATHE_*` settings for the server).
+//! (repeatable: extra `LATHE_*` settings for the server), `--sample K` (after each restart,
+//! check K collections spread over all of them instead of every one: each gets a Retrieve first,
+//! timed, which opens it when it is closed, then `GetCollection`; the Retrieves' p50 and p99 are
+//! reported).
 
 mod common;
 
@@ -39,6 +42,7 @@ struct Options {
     settle: Duration,
     data_dir: Option<PathBuf>,
     env: Vec<(String, String)>,
+    sample: Option<usize>,
 }
 
 fn parse_options() -> Options {
@@ -51,6 +55,7 @@ fn parse_options() -> Options {
         settle: Duration::from_secs(15),
         data_dir: None,
         env: Vec::new(),
+        sample: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -67,6 +72,7 @@ fn parse_options() -> Options {
                 options.settle = Duration::from_secs(value().parse().expect("--settle-seconds S"))
             }
             "--data-dir" => options.data_dir = Some(PathBuf::from(value())),
+            "--sample" => options.sample = Some(value().parse().expect("--sample K")),
             "--env" => {
                 let pair = value();
                 let (name, value) = pair.split_once('=').expect("--env NAME=VALUE");
@@ -267,6 +273,52 @@ async fn check_all(client: &LatheClient<Channel>, collections: usize) {
     .await;
 }
 
+/// The first Retrieve to each of `sample` collections spread over all of them (one client, one
+/// at a time, in an order that jumps about), then its stats; panics unless each has its
+/// document. Returns the Retrieves' times.
+async fn check_sample(
+    client: &LatheClient<Channel>,
+    collections: usize,
+    sample: usize,
+) -> Vec<Duration> {
+    let step = (collections / sample.max(1)).max(1);
+    let mut picked: Vec<usize> = (0..collections).step_by(step).take(sample).collect();
+    // A fixed shuffle (multiplicative hash), so that runs compare.
+    picked.sort_by_key(|&i| (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut client = client.clone();
+    let mut times = Vec::with_capacity(picked.len());
+    for i in picked {
+        let started = Instant::now();
+        let response = client
+            .retrieve(proto::RetrieveRequest {
+                collection: name_of(i),
+                query: "invoices".into(),
+                token_budget: 256,
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|status| panic!("retrieve {}: {status}", name_of(i)))
+            .into_inner();
+        times.push(started.elapsed());
+        assert_eq!(response.chunks.len(), 1, "{} answered no chunk", name_of(i));
+        let stats = client
+            .get_collection(proto::GetCollectionRequest { name: name_of(i) })
+            .await
+            .expect("get collection")
+            .into_inner()
+            .stats
+            .expect("stats");
+        assert_eq!(stats.documents, 1, "{} lost its document", name_of(i));
+    }
+    times
+}
+
+fn percentile(times: &[Duration], p: f64) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort_unstable();
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
 fn stop(server: &mut Server) -> Duration {
     let started = Instant::now();
     let status = Command::new("kill")
@@ -317,10 +369,11 @@ async fn main() {
     let client = connect(&server.address).await;
     let created = Instant::now();
     create_all(&client, options.collections).await;
+    let creating = created.elapsed().as_secs_f64();
     println!(
-        "created {} collections in {:.1} s",
+        "created {} collections in {creating:.1} s ({:.0} a second, each with its document)",
         options.collections,
-        created.elapsed().as_secs_f64()
+        options.collections as f64 / creating
     );
     report("just after the writes", usage(server.child.id()));
     report(
@@ -338,11 +391,23 @@ async fn main() {
         let started = Instant::now();
         server = start(&options, &data_dir);
         let client = connect(&server.address).await;
-        check_all(&client, options.collections).await;
+        match options.sample {
+            None => check_all(&client, options.collections).await,
+            Some(sample) => {
+                let times = check_sample(&client, options.collections, sample).await;
+                println!(
+                    "restart {round}: the first Retrieve to {} collections: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+                    times.len(),
+                    percentile(&times, 0.5).as_secs_f64() * 1e3,
+                    percentile(&times, 0.99).as_secs_f64() * 1e3,
+                    percentile(&times, 1.0).as_secs_f64() * 1e3
+                );
+            }
+        }
         restarts.push(started.elapsed());
         serving.push(server.started_in);
         println!(
-            "restart {round}: stopped in {:.2} s, serving after {:.2} s, every collection answered after {:.2} s",
+            "restart {round}: stopped in {:.2} s, serving after {:.2} s, every (sampled) collection answered after {:.2} s",
             stops[round].as_secs_f64(),
             server.started_in.as_secs_f64(),
             restarts[round].as_secs_f64()

@@ -38,6 +38,9 @@ pub struct Metrics {
     pub collection_damaged: IntGaugeVec,
     pub index_writers_open: IntGauge,
     pub index_writer_evictions: IntCounter,
+    /// Collections open now, and idle ones closed (`storage.max_open_collections`).
+    pub collections_open: IntGauge,
+    pub collection_closes: IntCounter,
     /// The scrub: bytes read again, and files found changed (`storage.scrub_interval_s`).
     pub scrub_bytes: IntCounter,
     pub scrub_findings: IntCounter,
@@ -362,6 +365,8 @@ struct CollectionMetrics {
     bytes: IntGaugeVec,
     by_state: IntGaugeVec,
     damaged: IntGaugeVec,
+    open: IntGauge,
+    closes: IntCounter,
 }
 
 impl CollectionMetrics {
@@ -381,6 +386,8 @@ impl CollectionMetrics {
                 "collection_damaged",
                 "1 when the collection cannot serve (damaged or offline; ListCollections gives the file and the cause), else 0",
             ),
+            open: register(registry, IntGauge::new("collections_open", "Collections whose index is open (about storage.max_open_collections at most; the rest open on first use)").expect("static metric")),
+            closes: register(registry, IntCounter::new("collection_closes_total", "Idle collections closed to keep the open ones within storage.max_open_collections").expect("static metric")),
         }
     }
 }
@@ -455,6 +462,8 @@ impl Metrics {
             collection_bytes: collection.bytes,
             collections: collection.by_state,
             collection_damaged: collection.damaged,
+            collections_open: collection.open,
+            collection_closes: collection.closes,
             index_writers_open: register(&registry, index_writers_open),
             index_writer_evictions: register(&registry, index_writer_evictions),
             inference: InferenceMetrics::register(&registry),

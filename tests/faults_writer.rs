@@ -307,6 +307,77 @@ async fn after_a_burst_of_writes_to_many_collections_the_writers_close_and_threa
     stop(server);
 }
 
+/// Memory maps of process `pid` (`/proc/PID/maps` lines): each open collection maps its index
+/// files, and the kernel allows a process `vm.max_map_count` of them.
+fn memory_maps(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .expect("/proc maps")
+        .lines()
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_open_collections_idle_ones_close_so_maps_stay_bounded_and_all_answer() {
+    const COLLECTIONS: usize = 80;
+    const MAX_OPEN: usize = 8;
+    let budget = lexical(&[("LATHE_STORAGE__MAX_OPEN_COLLECTIONS", "8")]);
+    let dir = tempfile::tempdir().unwrap();
+    let server = binary::start(dir.path(), &budget);
+    let empty_maps = memory_maps(server.child.id());
+    let mut client = binary::connect(&server.address).await;
+    create_and_fill(&client, COLLECTIONS, 1).await;
+    wait_until("back within the budget", Duration::from_secs(60), || {
+        metric(&server, "lathe_collections_open") <= MAX_OPEN as i64
+    });
+    // An open collection maps 6 or more files; all 80 open would be 480 maps or more.
+    let bounded = |maps: usize| maps < empty_maps + 3 * COLLECTIONS;
+    let maps = memory_maps(server.child.id());
+    assert!(
+        bounded(maps),
+        "{maps} maps with {COLLECTIONS} collections; {empty_maps} empty"
+    );
+    assert!(metric(&server, "lathe_collection_closes_total") >= (COLLECTIONS - MAX_OPEN) as i64);
+    // A closed collection is listed as ready, and answers once opened.
+    let listed = client
+        .list_collections(proto::ListCollectionsRequest {})
+        .await
+        .expect("list")
+        .into_inner()
+        .collections;
+    assert_eq!(listed.len(), COLLECTIONS);
+    assert!(listed
+        .iter()
+        .all(|c| c.state == proto::CollectionState::Ready as i32));
+    assert_eq!(
+        found(&mut client, &collection_name(0), "invoices").await,
+        ["n0"]
+    );
+    drop(client);
+    stop(server);
+
+    // After a restart the first eight by name are open; every other opens when asked.
+    let server = binary::start(dir.path(), &budget);
+    assert_eq!(metric(&server, "lathe_collections_open"), MAX_OPEN as i64);
+    let mut client = binary::connect(&server.address).await;
+    for i in (0..COLLECTIONS).rev() {
+        let stats = collection_stats(&mut client, &collection_name(i)).await;
+        assert_eq!(stats.documents, 1, "{} lost its note", collection_name(i));
+    }
+    assert_eq!(
+        found(&mut client, &collection_name(40), "invoices").await,
+        ["n0"]
+    );
+    wait_until("back within the budget", Duration::from_secs(60), || {
+        metric(&server, "lathe_collections_open") <= MAX_OPEN as i64
+    });
+    let maps = memory_maps(server.child.id());
+    assert!(
+        bounded(maps),
+        "{maps} maps after every collection answered; {empty_maps} empty"
+    );
+    stop(server);
+}
+
 /// A server whose `collections` folder is a tmpfs of `size`, with collection `c` holding the
 /// note `kept`. Writers close after 200 ms idle, so a remount finds no file open for writing.
 async fn server_on_tmpfs(root: &Path, size: &str) -> (Tmpfs, Server, Client) {

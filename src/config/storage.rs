@@ -26,6 +26,11 @@ pub struct StorageConfig {
     pub max_open_writers: usize,
     /// A collection's writer is closed after this long without writes (milliseconds).
     pub writer_idle_ms: u64,
+    /// Collections open at once. An open collection holds its index's memory maps (about 7
+    /// per segment, against the kernel's `vm.max_map_count`) and its dense index in memory; a
+    /// closed one only its name and settings. At start the first this many (by name) open, the
+    /// rest when first used; past it the least recently used idle ones close.
+    pub max_open_collections: usize,
     /// Every this many seconds each open collection's files are read again and checked against
     /// their checksums (tantivy's footers, the dense manifest): a file changed on disk after it
     /// was verified is found within one interval (0: never).
@@ -44,6 +49,7 @@ impl Default for StorageConfig {
             writer_threads: 2,
             max_open_writers: 8,
             writer_idle_ms: 10_000,
+            max_open_collections: 1_000,
             scrub_interval_s: 3_600,
             scrub_bytes_per_second: 32 << 20,
         }

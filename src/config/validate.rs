@@ -153,6 +153,10 @@ impl Config {
             "storage.max_open_writers must be at least 1",
         )?;
         check(
+            (1..=100_000).contains(&self.storage.max_open_collections),
+            "storage.max_open_collections must be in 1..=100000",
+        )?;
+        check(
             self.storage.writer_idle_ms >= 1,
             "storage.writer_idle_ms must be at least 1",
         )?;

@@ -7,7 +7,9 @@
 //! never the other way, and within each room the files import one way too.
 //! - `catalog`: the [`Catalog`] (its `mod.rs`: create, open, list, delete, shut down); `folders`:
 //!   the collections folder's layout, leftovers and settings file; `entry`: what it holds per name
-//!   ([`CollectionEntry`]: an [`OpenCollection`] or a [`FaultedCollection`]); `settings`: the
+//!   ([`CollectionEntry`]: an [`OpenCollection`], a [`ClosedCollection`] or a
+//!   [`FaultedCollection`]); `residency`: which are open (opened on first use, the least recently
+//!   used idle ones closed past `storage.max_open_collections`); `settings`: the
 //!   collection name rule and [`StoredSettings`]; `fault`: why a collection cannot serve
 //!   ([`Fault`]) and how that is found; `aliases`: second names of collections and
 //!   `aliases.json`; `lock`: the data dir lock; `parallel`: opening
@@ -52,9 +54,9 @@ pub use crate::dense::{
     SEARCH_WAIT_SECONDS as DENSE_SEARCH_WAIT_SECONDS, TIER_MERGE_FACTOR as DENSE_TIER_MERGE_FACTOR,
 };
 pub use catalog::{
-    extract_snapshot, is_valid_collection_name, lock, AliasChange, Catalog, CollectionEntry,
-    DataDirLock, Fault, FaultKind, FaultedCollection, OpenCollection, SnapshotInfo,
-    SnapshotManifest, StoredSettings, TakenSnapshot,
+    extract_snapshot, is_valid_collection_name, lock, AliasChange, Catalog, ClosedCollection,
+    CollectionEntry, DataDirLock, Fault, FaultKind, FaultedCollection, OpenCollection,
+    SnapshotInfo, SnapshotManifest, StoredSettings, TakenSnapshot,
 };
 pub use collection::{
     dense_dir, gap_after, integrity, schema, section_key, storage, writer_pool, CollectionIndex,

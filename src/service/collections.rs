@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{chunking_from_stored, runtime_for, CollectionRuntime, Engine};
+use super::{chunking_from_stored, runtime_for, Collection, CollectionRuntime, Engine};
 use crate::error::{LatheError, Result};
-use crate::index::{CollectionEntry, FaultKind, StoredSettings};
+use crate::index::{Catalog, CollectionEntry, FaultKind, StoredSettings};
 use crate::query::validate::check_chunk_sizes;
 use crate::replication::Entry;
 use crate::types::{CollectionInfo, CollectionSettings, CollectionState};
@@ -93,12 +93,12 @@ impl Engine {
             .collect())
     }
 
-    /// The collection `name` names (through an alias, the one the alias names).
+    /// The collection `name` names (through an alias, the one the alias names), opened if it
+    /// was closed, so that its statistics are today's.
     pub async fn get_collection(&self, name: &str) -> Result<CollectionInfo> {
         let target = self.resolve(name);
-        let entry = self
-            .catalog
-            .entry(&target.collection)
+        let entry = open_entry(&self.catalog, &target.collection)
+            .await
             .map_err(|error| target.explain(error))?;
         Ok(with_aliases(Self::info(&entry), &self.catalog.aliases()))
     }
@@ -111,10 +111,8 @@ impl Engine {
         let name = target.collection.as_str();
         // A collection from before replication was on is this replica's alone: deleted here.
         let local_only = match self.catalog.entry(name) {
-            Ok(CollectionEntry::Ready(collection)) => collection.settings.log_created.is_none(),
-            Ok(CollectionEntry::Faulted(faulted)) => faulted
-                .settings
-                .as_ref()
+            Ok(entry) => entry
+                .settings()
                 .is_none_or(|settings| settings.log_created.is_none()),
             Err(_) => false,
         };
@@ -177,6 +175,15 @@ impl Engine {
                     aliases: Vec::new(),
                 }
             }
+            // Ready as far as anyone knows: a fault found when it opens makes it faulted.
+            CollectionEntry::Closed(closed) => CollectionInfo {
+                name: closed.name.clone(),
+                state: CollectionState::Ready,
+                reason: String::new(),
+                settings: Some(settings_from_stored(&closed.settings)),
+                stats: closed.stats(),
+                aliases: Vec::new(),
+            },
             CollectionEntry::Faulted(faulted) => CollectionInfo {
                 name: faulted.name.clone(),
                 state: match faulted.fault.kind {
@@ -222,6 +229,33 @@ pub(super) fn validate_collection_name(field: &str, name: &str) -> Result<()> {
                 name.chars().take(80).collect::<String>()
             ),
         ))
+    }
+}
+
+/// The entry of `name` with its index open (see `Catalog::open_entry`): a closed collection
+/// opens on a blocking thread, off the async ones.
+pub(super) async fn open_entry(
+    catalog: &Arc<Catalog<CollectionRuntime>>,
+    name: &str,
+) -> Result<CollectionEntry<CollectionRuntime>> {
+    if !matches!(catalog.entry(name)?, CollectionEntry::Closed(_)) {
+        return catalog.open_entry(name);
+    }
+    let (catalog, name) = (Arc::clone(catalog), name.to_string());
+    blocking(move || catalog.open_entry(&name)).await
+}
+
+/// The open collection `name` ([`open_entry`]), or why there is none to serve.
+pub(super) async fn open_collection(
+    catalog: &Arc<Catalog<CollectionRuntime>>,
+    name: &str,
+) -> Result<Arc<Collection>> {
+    match open_entry(catalog, name).await? {
+        CollectionEntry::Ready(collection) => Ok(collection),
+        CollectionEntry::Faulted(faulted) => Err(faulted.fault.error(name)),
+        CollectionEntry::Closed(_) => {
+            Err(LatheError::internal("open_entry gave a closed collection"))
+        }
     }
 }
 

@@ -373,7 +373,8 @@ impl Ingestor {
         id: u64,
         write: QueuedWrite,
     ) -> Result<(u32, u64)> {
-        let collection = self.catalog.get(collection_name)?;
+        let collection =
+            super::collections::open_collection(&self.catalog, collection_name).await?;
         if queue.visible(collection_name, id) {
             // Purged: the collection this write was queued for was deleted (the one found may
             // be a new one of the same name).

@@ -73,6 +73,13 @@ impl Engine {
         metrics
             .index_writer_evictions
             .inc_by(evictions.saturating_sub(counted));
+        metrics
+            .collections_open
+            .set(self.catalog.open_collections() as i64);
+        let closes = self.catalog.collection_closes();
+        metrics
+            .collection_closes
+            .inc_by(closes.saturating_sub(metrics.collection_closes.get()));
         let infos: Vec<CollectionInfo> = self.catalog.entries().iter().map(Self::info).collect();
         let mut published = self
             .published_collections

@@ -111,7 +111,8 @@ impl Engine {
             &config.storage.data_dir,
             writer_settings,
             dense,
-            |_, stored| {
+            storage.max_open_collections,
+            move |_, stored| {
                 runtime_for(stored, &models_dir)
                     .map_err(|error| tokenizer_fault(stored, &models_dir, &error))
             },

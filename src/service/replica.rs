@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::aliases::Target;
+use super::collections::open_collection;
 use super::{runtime_for, Collection, CollectionRuntime, Engine};
 use crate::error::{LatheError, Result};
 use crate::index::{Catalog, CollectionEntry, DocumentRecord, StoredSettings, WriteOp};
@@ -118,7 +119,7 @@ impl Applier for ReplicaApplier {
             .entries()
             .iter()
             .filter(|entry| created_at(entry).is_some())
-            .map(|entry| entry_name(entry).to_string())
+            .map(|entry| entry.name().to_string())
             .collect();
         for (alias, collection) in self.catalog.aliases() {
             if doomed.contains(&collection) || self.catalog.entry(&collection).is_err() {
@@ -146,14 +147,17 @@ impl Seed for ReplicaSeed {
     fn collections(&self) -> (Vec<(String, StoredSettings)>, Vec<String>) {
         let (mut readable, mut skipped) = (Vec::new(), Vec::new());
         for entry in self.catalog.entries() {
+            let Some(settings) = entry.settings().filter(|s| s.log_created.is_some()) else {
+                continue;
+            };
             match &entry {
-                CollectionEntry::Ready(collection) if collection.settings.log_created.is_some() => {
-                    readable.push((collection.name.clone(), collection.settings.clone()))
-                }
-                CollectionEntry::Faulted(faulted) if created_at(&entry).is_some() => skipped.push(
-                    format!("{}: {}", faulted.name, faulted.fault.error(&faulted.name)),
-                ),
-                _ => {}
+                CollectionEntry::Faulted(faulted) => skipped.push(format!(
+                    "{}: {}",
+                    faulted.name,
+                    faulted.fault.error(&faulted.name)
+                )),
+                // A closed one opens when its documents are read.
+                _ => readable.push((entry.name().to_string(), settings.clone())),
             }
         }
         (readable, skipped)
@@ -188,9 +192,11 @@ impl ReplicaApplier {
     /// The collection a document entry at `position` applies to, or `None` (counted by why)
     /// when it applies to none here.
     fn target(&self, name: &str, position: u64) -> Option<Arc<Collection>> {
-        let outcome = match self.catalog.entry(name) {
-            Err(_) => Err("no_collection"),
-            Ok(CollectionEntry::Faulted(_)) => Err("collection_unavailable"),
+        let outcome = match self.catalog.open_entry(name) {
+            Err(LatheError::CollectionNotFound { .. }) => Err("no_collection"),
+            Err(_) | Ok(CollectionEntry::Faulted(_) | CollectionEntry::Closed(_)) => {
+                Err("collection_unavailable")
+            }
             Ok(CollectionEntry::Ready(collection)) => match collection.settings.log_created {
                 None => Err("not_replicated"),
                 Some(created) if position <= created => Err("earlier_incarnation"),
@@ -289,19 +295,9 @@ impl ReplicaApplier {
     }
 }
 
-fn entry_name(entry: &CollectionEntry<CollectionRuntime>) -> &str {
-    match entry {
-        CollectionEntry::Ready(collection) => &collection.name,
-        CollectionEntry::Faulted(faulted) => &faulted.name,
-    }
-}
-
 /// The log position that created the collection here; `None` for one from before replication.
 fn created_at(entry: &CollectionEntry<CollectionRuntime>) -> Option<u64> {
-    match entry {
-        CollectionEntry::Ready(collection) => collection.settings.log_created,
-        CollectionEntry::Faulted(faulted) => faulted.settings.as_ref()?.log_created,
-    }
+    entry.settings()?.log_created
 }
 
 impl Engine {
@@ -336,7 +332,10 @@ impl Engine {
     }
 
     async fn collection_or_log_of(&self, name: &str) -> Result<Arc<Collection>> {
-        match (self.catalog.get(name), self.replication()) {
+        match (
+            open_collection(&self.catalog, name).await,
+            self.replication(),
+        ) {
             (Err(LatheError::CollectionNotFound { .. }), Some(replication)) => {
                 let Some(position) = replication.collection_position(name).await? else {
                     return Err(LatheError::CollectionNotFound {
@@ -344,7 +343,7 @@ impl Engine {
                     });
                 };
                 replication.state().wait_applied(position).await?;
-                self.catalog.get(name)
+                open_collection(&self.catalog, name).await
             }
             (found, _) => found,
         }

@@ -58,6 +58,27 @@ pub(super) fn classify(item: &std::fs::DirEntry) -> Found {
     Found::Unknown("neither a collection name nor a staging folder of this server")
 }
 
+/// The collections in the collections folder `root`, by name; the leftovers of a crash are
+/// removed on the way, and whatever else is there is logged and left as it is.
+pub(super) fn collection_names(root: &Path) -> Result<Vec<String>> {
+    let listing = std::fs::read_dir(root)
+        .map_err(|e| LatheError::io(format!("listing {}", root.display()), e))?;
+    let mut names = Vec::new();
+    for item in listing {
+        let item = item.map_err(|e| LatheError::io(format!("listing {}", root.display()), e))?;
+        let path = item.path();
+        match classify(&item) {
+            Found::Collection(name) => names.push(name),
+            Found::Leftover => remove_leftover(&path),
+            Found::Unknown(why) => {
+                tracing::warn!(path = %path.display(), why, "not a collection; left as it is")
+            }
+        }
+    }
+    names.sort_unstable();
+    Ok(names)
+}
+
 /// A create writes `collection.json` and `index/` into its staging folder, nothing else.
 pub(super) fn holds_only_what_create_writes(staging: &Path) -> bool {
     let Ok(listing) = std::fs::read_dir(staging) else {

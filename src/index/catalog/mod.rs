@@ -5,8 +5,9 @@
 //! Files import one way, bottom up: `settings` (the name rule, [`StoredSettings`]), `fault`
 //! ([`Fault`]) and `lock` first; `folders` (the layout, leftovers, the settings file) over
 //! `settings` and `fault`; `entry` ([`CollectionEntry`]) over `settings`, `fault` and the
-//! collection's handle; `aliases` (the aliases and `aliases.json`) over `settings` and `folders`;
-//! this file, the [`Catalog`], over all of them.
+//! collection's handle; `opener` over those; `aliases` (the aliases and `aliases.json`) over
+//! `settings` and `folders`; this file, the [`Catalog`], over all of them, and `residency`
+//! (which collections are open) beside it, over `entry`.
 
 mod aliases;
 mod archive;
@@ -16,16 +17,17 @@ mod folders;
 pub mod lock;
 mod opener;
 mod parallel;
+mod residency;
 mod settings;
 mod snapshots;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 pub use aliases::AliasChange;
 pub use archive::SnapshotManifest;
-pub use entry::{CollectionEntry, FaultedCollection, OpenCollection};
+pub use entry::{ClosedCollection, CollectionEntry, FaultedCollection, OpenCollection};
 pub use fault::{Fault, FaultKind};
 pub use lock::DataDirLock;
 pub use settings::{is_valid_collection_name, StoredSettings};
@@ -33,10 +35,11 @@ pub use snapshots::{extract_snapshot, SnapshotInfo, TakenSnapshot};
 
 use aliases::AliasMap;
 use folders::{
-    classify, remove_leftover, sync_dir, write_settings, Found, COLLECTIONS_DIR, CREATING_PREFIX,
-    DELETING_PREFIX, INDEX_DIR, SETTINGS_FILE,
+    collection_names, sync_dir, write_settings, COLLECTIONS_DIR, CREATING_PREFIX, DELETING_PREFIX,
+    INDEX_DIR, SETTINGS_FILE,
 };
-use opener::Opener;
+use opener::{Attach, Opener};
+use residency::{Closer, Listing, Residency};
 
 use crate::dense::DenseIndexConfig;
 use crate::error::{LatheError, Result};
@@ -50,7 +53,12 @@ pub struct Catalog<T> {
     root: PathBuf,
     writer_settings: WriterSettings,
     dense: Option<DenseIndexConfig>,
-    entries: RwLock<BTreeMap<String, CollectionEntry<T>>>,
+    /// Every collection by name, and how many are open (see `residency`).
+    residency: Arc<Residency<T>>,
+    /// Closes idle collections past `storage.max_open_collections`.
+    closer: Closer,
+    /// Builds the service's part of a collection when it opens.
+    attach: Box<Attach<T>>,
     /// Second names of collections (`data_dir/aliases.json`), in the collections' namespace.
     aliases: AliasMap,
     /// Serialises creates, deletes and alias changes, so that each checks and changes the folders and the
@@ -65,19 +73,21 @@ pub struct Catalog<T> {
 }
 
 impl<T> Catalog<T> {
-    /// Opens every collection found under `data_dir` (several at once); `attach` builds the
-    /// service's part of each, or says why it cannot (the collection is then listed as faulted).
-    /// Only a collections folder that cannot be created or listed is an error: one collection
-    /// never stops the rest.
+    /// Opens the collections found under `data_dir`: the first `max_open` by name (several at
+    /// once), the rest listed closed with their settings read (see `residency`). `attach` builds
+    /// the service's part of each as it opens, or says why it cannot (the collection is then
+    /// listed as faulted). Only a collections folder that cannot be created or listed is an
+    /// error: one collection never stops the rest.
     pub fn open(
         lock: DataDirLock,
         data_dir: &Path,
         writer_settings: WriterSettings,
         dense: Option<DenseIndexConfig>,
-        attach: impl Fn(&str, &StoredSettings) -> Result<T, Fault> + Sync,
+        max_open: usize,
+        attach: impl Fn(&str, &StoredSettings) -> Result<T, Fault> + Send + Sync + 'static,
     ) -> Result<Self>
     where
-        T: Send + Sync,
+        T: Send + Sync + 'static,
     {
         let root = data_dir.join(COLLECTIONS_DIR);
         snapshots::remove_snapshot_leftovers(data_dir);
@@ -93,21 +103,7 @@ impl<T> Catalog<T> {
             writer_settings.nice,
         )
         .map_err(|e| LatheError::io("spawning the index writer threads", e))?;
-        let listing = std::fs::read_dir(&root)
-            .map_err(|e| LatheError::io(format!("listing {}", root.display()), e))?;
-        let mut names = Vec::new();
-        for item in listing {
-            let item =
-                item.map_err(|e| LatheError::io(format!("listing {}", root.display()), e))?;
-            let path = item.path();
-            match classify(&item) {
-                Found::Collection(name) => names.push(name),
-                Found::Leftover => remove_leftover(&path),
-                Found::Unknown(why) => {
-                    tracing::warn!(path = %path.display(), why, "not a collection; left as it is")
-                }
-            }
-        }
+        let names = collection_names(&root)?;
         // Opening reads every index's metadata and verifies its files: mostly waiting on the disk
         // for many small collections, so a few at a time, whatever the core count.
         let opener = Opener {
@@ -116,16 +112,27 @@ impl<T> Catalog<T> {
             writer_pool: &writer_pool,
             dense: dense.clone(),
         };
-        let opened = parallel::map_in_parallel(names, OPEN_THREADS, |name| {
-            let entry = opener.open_collection(&name, &attach);
-            (name, entry)
-        });
-        let entries: BTreeMap<_, _> = opened.into_iter().collect();
+        let opened = parallel::map_in_parallel(
+            names.into_iter().enumerate().collect(),
+            OPEN_THREADS,
+            |(i, name)| {
+                let entry = if i < max_open {
+                    opener.open_collection(&name, &attach)
+                } else {
+                    opener.closed(&name)
+                };
+                (name, entry)
+            },
+        );
+        let residency = Arc::new(Residency::new(opened.into_iter().collect(), max_open));
+        let closer = Closer::start(Arc::clone(&residency))?;
         Ok(Self {
             root,
             writer_settings,
             dense,
-            entries: RwLock::new(entries),
+            residency,
+            closer,
+            attach: Box::new(attach),
             aliases,
             changing: Mutex::new(()),
             lock: Mutex::new(Some(lock)),
@@ -133,14 +140,27 @@ impl<T> Catalog<T> {
         })
     }
 
-    /// The open collection `name`, or why there is none to serve.
-    pub fn get(&self, name: &str) -> Result<Arc<OpenCollection<T>>> {
-        match self.entry(name)? {
-            CollectionEntry::Ready(open) => Ok(open),
-            CollectionEntry::Faulted(faulted) => Err(faulted.fault.error(name)),
+    fn opener(&self) -> Opener<'_> {
+        Opener {
+            root: &self.root,
+            writer_settings: &self.writer_settings,
+            writer_pool: &self.writer_pool,
+            dense: self.dense.clone(),
         }
     }
 
+    /// The open collection `name` (opened now if it was closed), or why there is none to serve.
+    pub fn get(&self, name: &str) -> Result<Arc<OpenCollection<T>>> {
+        match self.open_entry(name)? {
+            CollectionEntry::Ready(open) => Ok(open),
+            CollectionEntry::Faulted(faulted) => Err(faulted.fault.error(name)),
+            CollectionEntry::Closed(_) => {
+                Err(LatheError::internal("open_entry gave a closed collection"))
+            }
+        }
+    }
+
+    /// What the catalog holds for `name` now, open or not: opens nothing (see `open_entry`).
     pub fn entry(&self, name: &str) -> Result<CollectionEntry<T>> {
         self.read()
             .get(name)
@@ -150,7 +170,7 @@ impl<T> Catalog<T> {
             })
     }
 
-    /// Every collection, ready or faulted, by name.
+    /// Every collection, open, closed or faulted, by name; opens nothing.
     pub fn entries(&self) -> Vec<CollectionEntry<T>> {
         self.read().values().cloned().collect()
     }
@@ -215,6 +235,10 @@ impl<T> Catalog<T> {
         settings: StoredSettings,
         extra: T,
     ) -> Result<Arc<OpenCollection<T>>> {
+        if let Err(error) = self.check_room() {
+            let _ = std::fs::remove_dir_all(staging);
+            return Err(error);
+        }
         let target = self.root.join(name);
         if let Err(source) = std::fs::rename(staging, &target) {
             let _ = std::fs::remove_dir_all(staging);
@@ -243,16 +267,13 @@ impl<T> Catalog<T> {
                 return Err(error);
             }
         };
-        let collection = Arc::new(OpenCollection {
-            name: name.to_string(),
-            settings,
-            index,
-            extra,
-        });
+        let collection = Arc::new(OpenCollection::new(name, settings, index, extra));
+        collection.touch(self.residency.now_ms());
         self.write().insert(
             name.to_string(),
             CollectionEntry::Ready(Arc::clone(&collection)),
         );
+        self.after_open();
         Ok(collection)
     }
 
@@ -316,7 +337,21 @@ impl<T> Catalog<T> {
     }
 
     fn delete_changing(&self, name: &str) -> Result<()> {
-        let entry = self.entry(name)?;
+        loop {
+            let entry = self.entry(name)?;
+            let CollectionEntry::Closed(closed) = &entry else {
+                return self.delete_entry(name, &entry);
+            };
+            // A closed collection may be opening (or still closing): wait for that to end.
+            let _gate = closed.gate.lock().unwrap_or_else(|p| p.into_inner());
+            if self.residency.holds(name, closed) {
+                return self.delete_entry(name, &entry);
+            }
+        }
+    }
+
+    /// Deletes `entry`, what the listing holds for `name` (see [`Catalog::delete`]).
+    fn delete_entry(&self, name: &str, entry: &CollectionEntry<T>) -> Result<()> {
         let target = self.root.join(name);
         let doomed = self.root.join(format!("{DELETING_PREFIX}{name}"));
         let refused = |action: String, path: &Path, source: std::io::Error| {
@@ -417,9 +452,10 @@ impl<T> Catalog<T> {
         self.changing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Commits and stops every collection's writer (the pool's workers stop them side by side),
-    /// then releases the data dir.
+    /// Commits and stops every open collection's writer (the pool's workers stop them side by
+    /// side), once the closer has finished the close under way, then releases the data dir.
     pub fn shutdown(&self) {
+        self.closer.stop();
         let stopping: Vec<_> = self
             .entries()
             .iter()
@@ -447,11 +483,18 @@ impl<T> Catalog<T> {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, CollectionEntry<T>>> {
-        self.entries.read().unwrap_or_else(|p| p.into_inner())
+        self.residency.read()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, CollectionEntry<T>>> {
-        self.entries.write().unwrap_or_else(|p| p.into_inner())
+    fn write(&self) -> Listing<'_, T> {
+        self.residency.write()
+    }
+}
+
+impl<T> Drop for Catalog<T> {
+    fn drop(&mut self) {
+        // The closer holds the listing: stopped, it lets the collections go with the catalog.
+        self.closer.stop();
     }
 }
 
@@ -459,6 +502,7 @@ impl<T> Catalog<T> {
 mod tests {
     use super::fault::{MAX_CAUSE_CHARS, META_FILE};
     use super::*;
+    use crate::index::collection::{section_key, DocumentRecord, SectionRecord};
 
     pub(super) fn settings() -> StoredSettings {
         StoredSettings {
@@ -471,13 +515,44 @@ mod tests {
         }
     }
 
+    pub(super) fn record(doc_id: &str, text: &str) -> DocumentRecord {
+        DocumentRecord {
+            doc_id: doc_id.to_string(),
+            title: doc_id.to_string(),
+            metadata: Default::default(),
+            text_bytes: text.len() as u64,
+            version: 1,
+            sections: vec![SectionRecord {
+                ordinal: 0,
+                heading_path: Vec::new(),
+                text: text.to_string(),
+                gap_after: String::new(),
+                byte_start: 0,
+                char_start: 0,
+                section_key: section_key(doc_id, 0, 1),
+                sentences: std::iter::once(0..text.len() as u32).collect(),
+                sentence_vectors: Vec::new(),
+                section_vector: Vec::new(),
+            }],
+        }
+    }
+
     pub(super) fn open_catalog(data_dir: &Path) -> Catalog<()> {
         open_with(data_dir, |_, _| Ok(()))
     }
 
     fn open_with(
         data_dir: &Path,
-        attach: impl Fn(&str, &StoredSettings) -> Result<(), Fault> + Sync,
+        attach: impl Fn(&str, &StoredSettings) -> Result<(), Fault> + Send + Sync + 'static,
+    ) -> Catalog<()> {
+        open_budgeted(data_dir, 1_000, attach)
+    }
+
+    /// A catalog that keeps at most about `max_open` collections open.
+    pub(super) fn open_budgeted(
+        data_dir: &Path,
+        max_open: usize,
+        attach: impl Fn(&str, &StoredSettings) -> Result<(), Fault> + Send + Sync + 'static,
     ) -> Catalog<()> {
         let lock = DataDirLock::acquire(data_dir).unwrap();
         let writer_settings = WriterSettings {
@@ -489,13 +564,13 @@ mod tests {
             max_open_writers: 2,
             nice: 0,
         };
-        Catalog::open(lock, data_dir, writer_settings, None, attach).unwrap()
+        Catalog::open(lock, data_dir, writer_settings, None, max_open, attach).unwrap()
     }
 
     fn fault_of(catalog: &Catalog<()>, name: &str) -> Fault {
         match catalog.entry(name).unwrap() {
             CollectionEntry::Faulted(faulted) => faulted.fault.clone(),
-            CollectionEntry::Ready(_) => panic!("{name} is ready"),
+            CollectionEntry::Ready(_) | CollectionEntry::Closed(_) => panic!("{name} is ready"),
         }
     }
 

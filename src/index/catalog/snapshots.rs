@@ -337,31 +337,9 @@ fn now_unix_nanos() -> u128 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{open_catalog, settings};
+    use super::super::tests::{open_catalog, record, settings};
     use super::*;
-    use crate::index::collection::{section_key, DocumentRecord, SectionRecord, WriteOp};
-
-    fn record(doc_id: &str, text: &str) -> DocumentRecord {
-        DocumentRecord {
-            doc_id: doc_id.to_string(),
-            title: doc_id.to_string(),
-            metadata: Default::default(),
-            text_bytes: text.len() as u64,
-            version: 1,
-            sections: vec![SectionRecord {
-                ordinal: 0,
-                heading_path: Vec::new(),
-                text: text.to_string(),
-                gap_after: String::new(),
-                byte_start: 0,
-                char_start: 0,
-                section_key: section_key(doc_id, 0, 1),
-                sentences: std::iter::once(0..text.len() as u32).collect(),
-                sentence_vectors: Vec::new(),
-                section_vector: Vec::new(),
-            }],
-        }
-    }
+    use crate::index::collection::WriteOp;
 
     fn written(catalog: &Catalog<()>, name: &str, texts: &[&str]) {
         catalog.create(name, settings(), ()).unwrap();
