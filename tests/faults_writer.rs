@@ -75,8 +75,27 @@ fn writer_threads(pid: u32) -> u64 {
         .count() as u64
 }
 
-/// One value of the Prometheus endpoint (a plain HTTP/1.0 GET).
+/// Series of the Prometheus endpoint named `name` (any labels).
+fn series(server: &Server, name: &str) -> usize {
+    let prefix = format!("{name}{{");
+    scrape(server)
+        .lines()
+        .filter(|line| line.starts_with(&prefix))
+        .count()
+}
+
+/// One value of the Prometheus endpoint.
 fn metric(server: &Server, name: &str) -> i64 {
+    let body = scrape(server);
+    let prefix = format!("{name} ");
+    body.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{body}"))
+}
+
+/// The Prometheus endpoint's text (a plain HTTP/1.0 GET).
+fn scrape(server: &Server) -> String {
     use std::io::{Read, Write};
     let mut stream =
         std::net::TcpStream::connect(&server.metrics_address).expect("metrics connect");
@@ -88,11 +107,7 @@ fn metric(server: &Server, name: &str) -> i64 {
         .unwrap();
     let mut body = String::new();
     stream.read_to_string(&mut body).expect("metrics response");
-    let prefix = format!("{name} ");
-    body.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in\n{body}"))
+    body
 }
 
 /// Polls `condition` every 50 ms until it holds; panics with `what` after `limit`.
@@ -337,6 +352,16 @@ async fn past_max_open_collections_idle_ones_close_so_maps_stay_bounded_and_all_
         "{maps} maps with {COLLECTIONS} collections; {empty_maps} empty"
     );
     assert!(metric(&server, "lathe_collection_closes_total") >= (COLLECTIONS - MAX_OPEN) as i64);
+    // Series per collection only for the open ones: a scrape does not grow with the tenants.
+    let documents = series(&server, "lathe_collection_documents");
+    assert!(
+        (1..=MAX_OPEN + MAX_OPEN / 4).contains(&documents),
+        "{documents} lathe_collection_documents series"
+    );
+    assert_eq!(
+        metric(&server, "lathe_collections{state=\"ready\"}"),
+        COLLECTIONS as i64
+    );
     // A closed collection is listed as ready, and answers once opened.
     let listed = client
         .list_collections(proto::ListCollectionsRequest {})

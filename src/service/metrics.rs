@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::Engine;
+use crate::index::CollectionEntry;
 use crate::telemetry::InferenceCounts;
 use crate::types::{CollectionInfo, CollectionState, QueryVectorSource, RetrieveResult};
 
@@ -80,12 +81,24 @@ impl Engine {
         metrics
             .collection_closes
             .inc_by(closes.saturating_sub(metrics.collection_closes.get()));
-        let infos: Vec<CollectionInfo> = self.catalog.entries().iter().map(Self::info).collect();
+        let entries = self.catalog.entries();
+        let infos: Vec<CollectionInfo> = entries.iter().map(Self::info).collect();
+        // Series per collection for the open and the faulted ones only: with a hundred thousand
+        // tenants, one series each of the closed ones would be most of the scrape.
+        let closed: BTreeSet<&str> = entries
+            .iter()
+            .filter(|entry| matches!(entry, CollectionEntry::Closed(_)))
+            .map(CollectionEntry::name)
+            .collect();
         let mut published = self
             .published_collections
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let current: BTreeSet<String> = infos.iter().map(|info| info.name.clone()).collect();
+        let current: BTreeSet<String> = infos
+            .iter()
+            .filter(|info| !closed.contains(info.name.as_str()))
+            .map(|info| info.name.clone())
+            .collect();
         for gone in published.difference(&current) {
             let name = [gone.as_str()];
             let _ = metrics.collection_documents.remove_label_values(&name);
@@ -111,13 +124,12 @@ impl Engine {
                 .with_label_values(&[state.label()])
                 .set(count as i64);
         }
-        for info in &infos {
+        for info in infos.iter().filter(|info| published.contains(&info.name)) {
             let name = [info.name.as_str()];
             metrics
                 .collection_damaged
                 .with_label_values(&name)
                 .set(i64::from(info.state != CollectionState::Ready));
-            // A collection that is not open keeps its last sizes, if it had any.
             let Some(stats) = info.stats else {
                 continue;
             };

@@ -48,6 +48,9 @@ use crate::index::collection::{CollectionIndex, CollectionWriterPool, WriterSett
 /// Collections opened at once at start.
 const OPEN_THREADS: usize = 8;
 
+/// Settings of closed collections read at once at start (each waits on the disk, cold).
+const READ_THREADS: usize = 32;
+
 /// The collections under `data_dir/collections/`, each in a folder named after it.
 pub struct Catalog<T> {
     root: PathBuf,
@@ -112,19 +115,20 @@ impl<T> Catalog<T> {
             writer_pool: &writer_pool,
             dense: dense.clone(),
         };
-        let opened = parallel::map_in_parallel(
-            names.into_iter().enumerate().collect(),
-            OPEN_THREADS,
-            |(i, name)| {
-                let entry = if i < max_open {
-                    opener.open_collection(&name, &attach)
-                } else {
-                    opener.closed(&name)
-                };
-                (name, entry)
-            },
-        );
-        let residency = Arc::new(Residency::new(opened.into_iter().collect(), max_open));
+        let mut names = names;
+        let closed = names.split_off(max_open.min(names.len()));
+        let mut entries: BTreeMap<_, _> = parallel::map_in_parallel(names, OPEN_THREADS, |name| {
+            let entry = opener.open_collection(&name, &attach);
+            (name, entry)
+        })
+        .into_iter()
+        .collect();
+        // Only `collection.json` of the rest: a small read each, so many at a time.
+        entries.extend(parallel::map_in_parallel(closed, READ_THREADS, |name| {
+            let entry = opener.closed(&name);
+            (name, entry)
+        }));
+        let residency = Arc::new(Residency::new(entries, max_open));
         let closer = Closer::start(Arc::clone(&residency))?;
         Ok(Self {
             root,
