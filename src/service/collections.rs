@@ -232,31 +232,34 @@ pub(super) fn validate_collection_name(field: &str, name: &str) -> Result<()> {
     }
 }
 
-/// The entry of `name` with its index open (see `Catalog::open_entry`): a closed collection
-/// opens on a blocking thread, off the async ones.
+/// The entry of `name` with its index open (see `Catalog::open_entry`).
 pub(super) async fn open_entry(
     catalog: &Arc<Catalog<CollectionRuntime>>,
     name: &str,
 ) -> Result<CollectionEntry<CollectionRuntime>> {
-    if !matches!(catalog.entry(name)?, CollectionEntry::Closed(_)) {
-        return catalog.open_entry(name);
-    }
-    let (catalog, name) = (Arc::clone(catalog), name.to_string());
-    blocking(move || catalog.open_entry(&name)).await
+    opening(catalog, name, Catalog::open_entry).await
 }
 
-/// The open collection `name` ([`open_entry`]), or why there is none to serve.
+/// The open collection `name` (see `Catalog::get`), or why there is none to serve.
 pub(super) async fn open_collection(
     catalog: &Arc<Catalog<CollectionRuntime>>,
     name: &str,
 ) -> Result<Arc<Collection>> {
-    match open_entry(catalog, name).await? {
-        CollectionEntry::Ready(collection) => Ok(collection),
-        CollectionEntry::Faulted(faulted) => Err(faulted.fault.error(name)),
-        CollectionEntry::Closed(_) => {
-            Err(LatheError::internal("open_entry gave a closed collection"))
-        }
+    opening(catalog, name, Catalog::get).await
+}
+
+/// `work` for `name`, on a blocking thread when the collection is closed: its open reads and
+/// verifies files, off the async threads.
+async fn opening<R: Send + 'static>(
+    catalog: &Arc<Catalog<CollectionRuntime>>,
+    name: &str,
+    work: fn(&Catalog<CollectionRuntime>, &str) -> Result<R>,
+) -> Result<R> {
+    if !matches!(catalog.entry(name)?, CollectionEntry::Closed(_)) {
+        return work(catalog, name);
     }
+    let (catalog, name) = (Arc::clone(catalog), name.to_string());
+    blocking(move || work(&catalog, &name)).await
 }
 
 /// Runs blocking file-system work (fsyncs, renames) off the async threads.

@@ -83,21 +83,16 @@ impl Engine {
             .inc_by(closes.saturating_sub(metrics.collection_closes.get()));
         let entries = self.catalog.entries();
         let infos: Vec<CollectionInfo> = entries.iter().map(Self::info).collect();
-        // Series per collection for the open and the faulted ones only: with a hundred thousand
-        // tenants, one series each of the closed ones would be most of the scrape.
-        let closed: BTreeSet<&str> = entries
-            .iter()
-            .filter(|entry| matches!(entry, CollectionEntry::Closed(_)))
-            .map(CollectionEntry::name)
-            .collect();
         let mut published = self
             .published_collections
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let current: BTreeSet<String> = infos
+        // Series per collection for the open and the faulted ones only: with a hundred thousand
+        // tenants, one series each of the closed ones would be most of the scrape.
+        let current: BTreeSet<String> = entries
             .iter()
-            .filter(|info| !closed.contains(info.name.as_str()))
-            .map(|info| info.name.clone())
+            .filter(|entry| !matches!(entry, CollectionEntry::Closed(_)))
+            .map(|entry| entry.name().to_string())
             .collect();
         for gone in published.difference(&current) {
             let name = [gone.as_str()];

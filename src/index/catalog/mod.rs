@@ -106,7 +106,8 @@ impl<T> Catalog<T> {
             writer_settings.nice,
         )
         .map_err(|e| LatheError::io("spawning the index writer threads", e))?;
-        let names = collection_names(&root)?;
+        let mut names = collection_names(&root)?;
+        let closed = names.split_off(max_open.min(names.len()));
         // Opening reads every index's metadata and verifies its files: mostly waiting on the disk
         // for many small collections, so a few at a time, whatever the core count.
         let opener = Opener {
@@ -115,8 +116,6 @@ impl<T> Catalog<T> {
             writer_pool: &writer_pool,
             dense: dense.clone(),
         };
-        let mut names = names;
-        let closed = names.split_off(max_open.min(names.len()));
         let mut entries: BTreeMap<_, _> = parallel::map_in_parallel(names, OPEN_THREADS, |name| {
             let entry = opener.open_collection(&name, &attach);
             (name, entry)
