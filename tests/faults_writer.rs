@@ -335,7 +335,11 @@ fn memory_maps(pid: u32) -> usize {
 async fn past_max_open_collections_idle_ones_close_so_maps_stay_bounded_and_all_answer() {
     const COLLECTIONS: usize = 80;
     const MAX_OPEN: usize = 8;
-    let budget = lexical(&[("LATHE_STORAGE__MAX_OPEN_COLLECTIONS", "8")]);
+    // Static vectors: a closed collection's dense index is sealed at its close and loaded again.
+    let budget = [
+        ("LATHE_MODELS__DENSE", "static".to_string()),
+        ("LATHE_STORAGE__MAX_OPEN_COLLECTIONS", "8".to_string()),
+    ];
     let dir = tempfile::tempdir().unwrap();
     let server = binary::start(dir.path(), &budget);
     let empty_maps = memory_maps(server.child.id());
@@ -377,6 +381,10 @@ async fn past_max_open_collections_idle_ones_close_so_maps_stay_bounded_and_all_
         found(&mut client, &collection_name(0), "invoices").await,
         ["n0"]
     );
+    // Closed in this process, sealed, then opened again by that Retrieve.
+    let stats = collection_stats(&mut client, &collection_name(0)).await;
+    let dense = stats.dense.expect("static vectors");
+    assert_eq!((dense.vectors, dense.sections_with_vector), (1, 1));
     drop(client);
     stop(server);
 
@@ -387,6 +395,13 @@ async fn past_max_open_collections_idle_ones_close_so_maps_stay_bounded_and_all_
     for i in (0..COLLECTIONS).rev() {
         let stats = collection_stats(&mut client, &collection_name(i)).await;
         assert_eq!(stats.documents, 1, "{} lost its note", collection_name(i));
+        let dense = stats.dense.expect("static vectors");
+        assert_eq!(
+            (dense.vectors, dense.sections_with_vector),
+            (stats.sections, stats.sections),
+            "{}: lexical and dense indexes disagree after its open",
+            collection_name(i)
+        );
     }
     assert_eq!(
         found(&mut client, &collection_name(40), "invoices").await,

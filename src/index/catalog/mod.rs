@@ -45,12 +45,6 @@ use crate::dense::DenseIndexConfig;
 use crate::error::{LatheError, Result};
 use crate::index::collection::{CollectionIndex, CollectionWriterPool, WriterSettings};
 
-/// Collections opened at once at start.
-const OPEN_THREADS: usize = 8;
-
-/// Settings of closed collections read at once at start (each waits on the disk, cold).
-const READ_THREADS: usize = 32;
-
 /// The collections under `data_dir/collections/`, each in a folder named after it.
 pub struct Catalog<T> {
     root: PathBuf,
@@ -106,27 +100,13 @@ impl<T> Catalog<T> {
             writer_settings.nice,
         )
         .map_err(|e| LatheError::io("spawning the index writer threads", e))?;
-        let mut names = collection_names(&root)?;
-        let closed = names.split_off(max_open.min(names.len()));
-        // Opening reads every index's metadata and verifies its files: mostly waiting on the disk
-        // for many small collections, so a few at a time, whatever the core count.
         let opener = Opener {
             root: &root,
             writer_settings: &writer_settings,
             writer_pool: &writer_pool,
             dense: dense.clone(),
         };
-        let mut entries: BTreeMap<_, _> = parallel::map_in_parallel(names, OPEN_THREADS, |name| {
-            let entry = opener.open_collection(&name, &attach);
-            (name, entry)
-        })
-        .into_iter()
-        .collect();
-        // Only `collection.json` of the rest: a small read each, so many at a time.
-        entries.extend(parallel::map_in_parallel(closed, READ_THREADS, |name| {
-            let entry = opener.closed(&name);
-            (name, entry)
-        }));
+        let entries = opener.open_at_start(collection_names(&root)?, max_open, &attach);
         let residency = Arc::new(Residency::new(entries, max_open));
         let closer = Closer::start(Arc::clone(&residency))?;
         Ok(Self {

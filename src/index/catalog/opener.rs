@@ -3,12 +3,14 @@
 //! metadata checked before tantivy could make an empty index in its place, the service's part,
 //! then the index; whatever fails makes it a faulted entry, kept as found.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use super::entry::{ClosedCollection, CollectionEntry, FaultedCollection, OpenCollection};
 use super::fault::{check_index_meta, diagnose_index, Fault};
 use super::folders::{read_settings, INDEX_DIR};
+use super::parallel::map_in_parallel;
 use super::settings::StoredSettings;
 use crate::dense::DenseIndexConfig;
 use crate::error::LatheError;
@@ -35,7 +37,36 @@ fn faulted<T>(name: &str, fault: Fault, settings: Option<StoredSettings>) -> Col
     }))
 }
 
+/// Collections opened at once at start: opening reads every index's metadata and verifies its
+/// files, mostly waiting on the disk for many small collections, so a few at a time, whatever
+/// the core count.
+const OPEN_THREADS: usize = 8;
+
+/// Settings of closed collections read at once at start (each waits on the disk, cold).
+const READ_THREADS: usize = 32;
+
 impl Opener<'_> {
+    /// The collections `names` (sorted) at start: the first `max_open` opened, the rest closed.
+    pub(super) fn open_at_start<T: Send + Sync>(
+        &self,
+        mut names: Vec<String>,
+        max_open: usize,
+        attach: &Attach<T>,
+    ) -> BTreeMap<String, CollectionEntry<T>> {
+        let closed = names.split_off(max_open.min(names.len()));
+        let mut entries: BTreeMap<_, _> = map_in_parallel(names, OPEN_THREADS, |name| {
+            let entry = self.open_collection(&name, attach);
+            (name, entry)
+        })
+        .into_iter()
+        .collect();
+        entries.extend(map_in_parallel(closed, READ_THREADS, |name| {
+            let entry = self.closed(&name);
+            (name, entry)
+        }));
+        entries
+    }
+
     /// The collection in `root/name` closed: its settings read, nothing else (a faulted entry
     /// when they cannot be read).
     pub(super) fn closed<T>(&self, name: &str) -> CollectionEntry<T> {
