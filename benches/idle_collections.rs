@@ -16,7 +16,9 @@
 //! (repeatable: extra `LATHE_*` settings for the server), `--sample K` (after each restart,
 //! check K collections spread over all of them instead of every one: each gets a Retrieve first,
 //! timed, which opens it when it is closed, then `GetCollection`; the Retrieves' p50 and p99 are
-//! reported).
+//! reported), `--reuse` (the data dir holds the collections of an earlier run with `--data-dir`:
+//! no creates, straight to the restarts), `--cold` (before each start, write back and drop the
+//! page cache, `/proc/sys/vm/drop_caches`: needs root).
 
 mod common;
 
@@ -43,6 +45,8 @@ struct Options {
     data_dir: Option<PathBuf>,
     env: Vec<(String, String)>,
     sample: Option<usize>,
+    reuse: bool,
+    cold: bool,
 }
 
 fn parse_options() -> Options {
@@ -56,6 +60,8 @@ fn parse_options() -> Options {
         data_dir: None,
         env: Vec::new(),
         sample: None,
+        reuse: false,
+        cold: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -73,6 +79,8 @@ fn parse_options() -> Options {
             }
             "--data-dir" => options.data_dir = Some(PathBuf::from(value())),
             "--sample" => options.sample = Some(value().parse().expect("--sample K")),
+            "--reuse" => options.reuse = true,
+            "--cold" => options.cold = true,
             "--env" => {
                 let pair = value();
                 let (name, value) = pair.split_once('=').expect("--env NAME=VALUE");
@@ -313,6 +321,14 @@ async fn check_sample(
     times
 }
 
+/// Writes back and drops the page cache, so that the next start reads every file from the disk.
+fn drop_page_cache() {
+    let synced = Command::new("sync").status().expect("sync");
+    assert!(synced.success());
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n")
+        .expect("writing /proc/sys/vm/drop_caches (--cold needs root)");
+}
+
 fn percentile(times: &[Duration], p: f64) -> Duration {
     let mut sorted = times.to_vec();
     sorted.sort_unstable();
@@ -365,22 +381,30 @@ async fn main() {
 
     let mut server = start(&options, &data_dir);
     let baseline = usage(server.child.id());
-    report("empty server", baseline);
-    let client = connect(&server.address).await;
-    let created = Instant::now();
-    create_all(&client, options.collections).await;
-    let creating = created.elapsed().as_secs_f64();
-    println!(
-        "created {} collections in {creating:.1} s ({:.0} a second, each with its document)",
-        options.collections,
-        options.collections as f64 / creating
-    );
-    report("just after the writes", usage(server.child.id()));
     report(
-        &format!("idle ({} s after the writes)", options.settle.as_secs()),
-        idle_usage(server.child.id(), options.settle),
+        if options.reuse {
+            "the reused data dir, just started"
+        } else {
+            "empty server"
+        },
+        baseline,
     );
-    drop(client);
+    if !options.reuse {
+        let client = connect(&server.address).await;
+        let created = Instant::now();
+        create_all(&client, options.collections).await;
+        let creating = created.elapsed().as_secs_f64();
+        println!(
+            "created {} collections in {creating:.1} s ({:.0} a second, each with its document)",
+            options.collections,
+            options.collections as f64 / creating
+        );
+        report("just after the writes", usage(server.child.id()));
+        report(
+            &format!("idle ({} s after the writes)", options.settle.as_secs()),
+            idle_usage(server.child.id(), options.settle),
+        );
+    }
 
     let mut stops = Vec::new();
     let mut restarts = Vec::new();
@@ -388,6 +412,9 @@ async fn main() {
     let mut after_restart = Usage::default();
     for round in 0..options.restarts {
         stops.push(stop(&mut server));
+        if options.cold {
+            drop_page_cache();
+        }
         let started = Instant::now();
         server = start(&options, &data_dir);
         let client = connect(&server.address).await;
