@@ -108,6 +108,7 @@ impl<T> Catalog<T> {
         };
         let entries = opener.open_at_start(collection_names(&root)?, max_open, &attach);
         let residency = Arc::new(Residency::new(entries, max_open));
+        residency.check_map_limit();
         let closer = Closer::start(Arc::clone(&residency))?;
         Ok(Self {
             root,

@@ -25,6 +25,10 @@ use super::entry::{ClosedCollection, CollectionEntry};
 use super::Catalog;
 use crate::error::{LatheError, Result};
 
+/// Memory maps an open one-segment collection holds (tantivy's files and the dense segment),
+/// about: what the start's check of the budget against `vm.max_map_count` counts per collection.
+const MAPS_PER_COLLECTION: usize = 8;
+
 /// How soon the closer looks again while past the budget with every collection in use.
 const RETRY_CLOSING: Duration = Duration::from_millis(200);
 
@@ -47,6 +51,27 @@ impl<T> Residency<T> {
             budget: budget.max(1),
             clock: Instant::now(),
             closed_total: AtomicU64::new(0),
+        }
+    }
+
+    /// Logs a WARN when the budget's collections could hold more memory maps than the kernel
+    /// allows the process (`vm.max_map_count`, Linux only): past it a map fails, and an open
+    /// that fails to map can abort the process.
+    pub(super) fn check_map_limit(&self) {
+        let Ok(text) = std::fs::read_to_string("/proc/sys/vm/max_map_count") else {
+            return;
+        };
+        let Ok(allowed) = text.trim().parse::<usize>() else {
+            return;
+        };
+        let needed = self.hard_limit() * MAPS_PER_COLLECTION;
+        if needed > allowed {
+            tracing::warn!(
+                max_open_collections = self.budget,
+                maps_needed = needed,
+                vm_max_map_count = allowed,
+                "storage.max_open_collections may need more memory maps than vm.max_map_count allows: lower it, or raise vm.max_map_count"
+            );
         }
     }
 
@@ -445,6 +470,24 @@ mod tests {
             assert!(!dir.path().join("collections/doomed").exists());
             catalog.delete("other").unwrap();
         }
+    }
+
+    #[test]
+    fn a_budget_past_the_kernels_map_limit_is_warned_of_at_start() {
+        let Some(allowed) = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+            .ok()
+            .and_then(|text| text.trim().parse::<usize>().ok())
+        else {
+            return; // not Linux: nothing to check against
+        };
+        let warned = |budget: usize| {
+            let residency = Residency::<()>::new(BTreeMap::new(), budget);
+            let ((), log) =
+                crate::test_log::logged_while(tracing::Level::WARN, || residency.check_map_limit());
+            log.contains("vm.max_map_count")
+        };
+        assert!(!warned(allowed / 64), "a budget well within {allowed} maps");
+        assert!(warned(allowed), "a budget of {allowed} collections");
     }
 
     #[test]
