@@ -269,16 +269,21 @@ async fn create_all(client: &LatheClient<Channel>, collections: usize) {
 /// Asks every collection for its stats, 8 at a time; panics unless each has its document.
 async fn check_all(client: &LatheClient<Channel>, collections: usize) {
     on_every_collection(client, collections, "check", |mut client, i| async move {
-        let stats = client
-            .get_collection(proto::GetCollectionRequest { name: name_of(i) })
-            .await
-            .expect("get collection")
-            .into_inner()
-            .stats
-            .expect("stats");
-        assert_eq!(stats.documents, 1, "{} lost its document", name_of(i));
+        check_document(&mut client, i).await
     })
     .await;
+}
+
+/// Panics unless collection `i` holds its one document.
+async fn check_document(client: &mut LatheClient<Channel>, i: usize) {
+    let stats = client
+        .get_collection(proto::GetCollectionRequest { name: name_of(i) })
+        .await
+        .expect("get collection")
+        .into_inner()
+        .stats
+        .expect("stats");
+    assert_eq!(stats.documents, 1, "{} lost its document", name_of(i));
 }
 
 /// The first Retrieve to each of `sample` collections spread over all of them (one client, one
@@ -309,14 +314,7 @@ async fn check_sample(
             .into_inner();
         times.push(started.elapsed());
         assert_eq!(response.chunks.len(), 1, "{} answered no chunk", name_of(i));
-        let stats = client
-            .get_collection(proto::GetCollectionRequest { name: name_of(i) })
-            .await
-            .expect("get collection")
-            .into_inner()
-            .stats
-            .expect("stats");
-        assert_eq!(stats.documents, 1, "{} lost its document", name_of(i));
+        check_document(&mut client, i).await;
     }
     times
 }
