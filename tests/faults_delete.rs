@@ -25,11 +25,12 @@ use tonic::transport::Channel;
 type Client = LatheClient<Channel>;
 
 /// Static vectors, a segment sealed every 40 vectors: a few hundred sections seal often, and
-/// every fourth seal of a tier starts a merge on a thread of its own.
+/// every fourth seal of a tier starts a merge on a thread of its own; a stop seals what is left.
 fn small_segments() -> Vec<(&'static str, String)> {
     vec![
         ("LATHE_MODELS__DENSE", "static".to_string()),
         ("LATHE_DENSE__SEAL_VECTORS", "40".to_string()),
+        ("LATHE_DENSE__CLOSE_SEAL_MIN_VECTORS", "1".to_string()),
     ]
 }
 

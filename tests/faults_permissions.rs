@@ -92,7 +92,11 @@ fn chmod_tree(path: &Path) {
 }
 
 async fn start(installed: &(PathBuf, PathBuf), data: &Path) -> (Server, Client) {
-    let variables = [("LATHE_MODELS__DENSE", "static".to_string())];
+    // A stop seals the dense index's live segment, so that its folder holds files to lock.
+    let variables = [
+        ("LATHE_MODELS__DENSE", "static".to_string()),
+        ("LATHE_DENSE__CLOSE_SEAL_MIN_VECTORS", "1".to_string()),
+    ];
     let (binary, models) = installed;
     let server = binary::start_from(binary, models, as_ordinary_user(), data, &variables);
     let client = binary::connect(&server.address).await;
@@ -203,6 +207,10 @@ async fn a_collection_the_server_may_not_read_is_offline_with_the_fix_and_serves
     // nothing in it is removed; the collection is offline until the server may read it.
     let dense = data.join("collections/locked/dense");
     let files_before = std::fs::read_dir(&dense).unwrap().count();
+    assert!(
+        files_before > 0,
+        "the stop sealed the dense index into files"
+    );
     chmod(&dense, 0o000);
     let (server, mut client) = start(&installed, &data).await;
     assert_offline(&mut client, "locked", "collections/locked/dense").await;

@@ -106,6 +106,10 @@ impl Config {
             &format!("dense.seal_vectors must be in 1..={MAX_DENSE_SEAL_VECTORS}"),
         )?;
         check(
+            (1..=MAX_DENSE_SEAL_VECTORS).contains(&self.dense.close_seal_min_vectors),
+            &format!("dense.close_seal_min_vectors must be in 1..={MAX_DENSE_SEAL_VECTORS}"),
+        )?;
+        check(
             self.dense.rebuild_dead_share > 0.0 && self.dense.rebuild_dead_share < 1.0,
             "dense.rebuild_dead_share must be above 0 and below 1",
         )?;

@@ -34,10 +34,14 @@ impl DenseIndex {
         let started = Instant::now();
         validate(&config)?;
         std::fs::create_dir_all(dir).map_err(|error| DenseError::io(dir, error))?;
-        let (listed, manifest_damaged) = read_listed_manifest(dir, config.dim);
+        let (read, manifest_damaged) = read_listed_manifest(dir, config.dim);
+        // A folder without a manifest (a new collection's) stays so: an absent manifest reads
+        // as an empty one, and the first seal writes it.
+        let absent = read.is_none();
+        let listed = read.unwrap_or_default();
         persist::remove_unlisted(dir, &listed);
         let segments = load_listed_segments(dir, &listed, config.dim, config.load_threads);
-        if segments.kept != listed {
+        if segments.kept != listed && !absent {
             persist::write_manifest(dir, &segments.kept)?;
         }
         Ok(LoadedIndex {
@@ -50,23 +54,23 @@ impl DenseIndex {
     }
 }
 
-/// The manifest in `dir` when it holds vectors of `dim` columns, else an empty one; with 1 when
-/// it was damaged (logged), to count.
-fn read_listed_manifest(dir: &Path, dim: usize) -> (Manifest, u64) {
+/// The manifest in `dir` when it holds vectors of `dim` columns, else an empty one (`None` when
+/// there is no manifest file); with 1 when it was damaged (logged), to count.
+fn read_listed_manifest(dir: &Path, dim: usize) -> (Option<Manifest>, u64) {
     match persist::read_manifest(dir) {
-        Ok(Some(manifest)) if manifest.dim == dim => (manifest, 0),
+        Ok(Some(manifest)) if manifest.dim == dim => (Some(manifest), 0),
         Ok(Some(manifest)) => {
             tracing::warn!(dir = %dir.display(), stored = manifest.dim, wanted = dim, "dense segments hold vectors of another dimension; rebuilding them");
-            (Manifest::default(), 0)
+            (Some(Manifest::default()), 0)
         }
-        Ok(None) => (Manifest::default(), 0),
+        Ok(None) => (None, 0),
         Err(error @ DenseError::Outdated { .. }) => {
             tracing::warn!(dir = %dir.display(), %error, "rebuilding the dense segments from the stored vectors, once");
-            (Manifest::default(), 0)
+            (Some(Manifest::default()), 0)
         }
         Err(error) => {
             tracing::error!(dir = %dir.display(), %error, "the dense manifest is damaged; rebuilding the dense segments from the stored vectors");
-            (Manifest::default(), 1)
+            (Some(Manifest::default()), 1)
         }
     }
 }
@@ -305,6 +309,53 @@ mod tests {
             );
         }
         assert_eq!(reopened.counters().inserted, 0);
+    }
+
+    #[test]
+    fn a_new_folder_gets_no_manifest_until_the_first_seal() {
+        let vectors = random_vectors(3, 16, 7);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let manifest = dir.path().join(persist::MANIFEST_FILE);
+        let index = persisted_index(dir.path(), &vectors, 100);
+        assert!(!manifest.exists(), "an empty index wrote a manifest");
+        drop(index);
+        let (reopened, mut missing) = reopen(dir.path(), 16, 100, 0..3);
+        assert!(
+            !manifest.exists(),
+            "reopening an empty folder wrote a manifest"
+        );
+        missing.sort_unstable();
+        assert_eq!(missing, [0, 1, 2]);
+        insert_missing_and_find_each(&reopened, &missing, &vectors);
+        reopened.seal();
+        assert!(manifest.exists(), "the first seal lists its segment");
+    }
+
+    #[test]
+    fn a_clean_close_seals_a_live_segment_only_from_its_threshold_and_the_rest_is_replayed() {
+        let vectors = random_vectors(40, 16, 8);
+        for (threshold, sealed) in [(41, false), (40, true)] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut config = DenseIndexConfig::new(16);
+            config.close_seal_min_vectors = threshold;
+            let (index, _) = DenseIndex::open(dir.path(), config, &HashSet::new()).unwrap();
+            let keyed = vectors.iter().enumerate();
+            index
+                .insert_many(keyed.map(|(id, v)| (id as u64, v.as_slice())))
+                .unwrap();
+            index.seal_at_close();
+            assert_eq!(index.counters().seals, u64::from(sealed), "{threshold}");
+            drop(index);
+            let (reopened, mut missing) = reopen(dir.path(), 16, 100, 0..40);
+            missing.sort_unstable();
+            let expected: Vec<u64> = if sealed {
+                Vec::new()
+            } else {
+                (0..40).collect()
+            };
+            assert_eq!(missing, expected, "{threshold}");
+            insert_missing_and_find_each(&reopened, &missing, &vectors);
+        }
     }
 
     /// A folder holding `vectors` (keys 0..) in sealed segments of 100, the index closed.

@@ -86,6 +86,9 @@ pub struct DenseIndexConfig {
     /// Vectors a merge may build one segment of (0: no limit). Past it, segments stay side by
     /// side: a search walks more graphs, each smaller, and finds more of the exact neighbours.
     pub max_segment_vectors: usize,
+    /// A clean close seals the live segment only when it holds at least this many vectors
+    /// (see [`DenseIndex::seal_at_close`]).
+    pub close_seal_min_vectors: usize,
 }
 
 impl DenseIndexConfig {
@@ -100,6 +103,7 @@ impl DenseIndexConfig {
             rebuild_dead_share: 0.25,
             load_threads: 0,
             max_segment_vectors: 0,
+            close_seal_min_vectors: 1,
         }
     }
 }

@@ -95,6 +95,19 @@ impl DenseIndex {
         self.seal_locked(&mut writer);
     }
 
+    /// [`Self::seal`] at a clean close, except that a live segment of fewer than
+    /// `close_seal_min_vectors` stays unsealed: the next open inserts its vectors again from the
+    /// stored ones, which costs less than writing its files, and a collection closed and opened
+    /// often does not gather a tiny segment at each close.
+    pub fn seal_at_close(&self) {
+        let mut writer = self.writer_side();
+        if self.live_segment().reserved() >= self.config.close_seal_min_vectors {
+            self.seal_locked(&mut writer);
+        } else {
+            self.persist_sealed(&mut writer);
+        }
+    }
+
     fn seal_locked(&self, writer: &mut MutexGuard<'_, WriterSide>) {
         let live = self.live_segment();
         if live.reserved() > 0 {

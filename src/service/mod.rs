@@ -378,6 +378,7 @@ pub fn dense_index_config(settings: &crate::config::DenseConfig, dim: usize) -> 
     dense.ef_search = settings.ef_search;
     dense.load_threads = settings.load_threads;
     dense.max_segment_vectors = settings.max_segment_vectors;
+    dense.close_seal_min_vectors = settings.close_seal_min_vectors;
     dense
 }
 

@@ -11,6 +11,7 @@
 
 mod aliases;
 mod archive;
+mod create;
 mod entry;
 mod fault;
 mod folders;
@@ -21,7 +22,7 @@ mod residency;
 mod settings;
 mod snapshots;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -34,16 +35,13 @@ pub use settings::{is_valid_collection_name, StoredSettings};
 pub use snapshots::{extract_snapshot, SnapshotInfo, TakenSnapshot};
 
 use aliases::AliasMap;
-use folders::{
-    collection_names, sync_dir, write_settings, COLLECTIONS_DIR, CREATING_PREFIX, DELETING_PREFIX,
-    INDEX_DIR, SETTINGS_FILE,
-};
+use folders::{collection_names, sync_dir, COLLECTIONS_DIR, DELETING_PREFIX};
 use opener::{Attach, Opener};
 use residency::{Closer, Listing, Residency};
 
 use crate::dense::DenseIndexConfig;
 use crate::error::{LatheError, Result};
-use crate::index::collection::{CollectionIndex, CollectionWriterPool, WriterSettings};
+use crate::index::collection::{CollectionWriterPool, WriterSettings};
 
 /// The collections under `data_dir/collections/`, each in a folder named after it.
 pub struct Catalog<T> {
@@ -58,10 +56,12 @@ pub struct Catalog<T> {
     attach: Box<Attach<T>>,
     /// Second names of collections (`data_dir/aliases.json`), in the collections' namespace.
     aliases: AliasMap,
-    /// Serialises creates, deletes and alias changes, so that each checks and changes the folders and the
+    /// Serialises deletes and alias changes, so that each checks and changes the folders and the
     /// listing as one step while `entries` (which every call reads) is write-locked only for the
-    /// moment of the change, never while folders are synced or writers stop.
-    changing: Mutex<()>,
+    /// moment of the change, never while folders are synced or writers stop. It holds the names
+    /// being created (or restored): a create takes it only to check and reserve its name, and
+    /// builds, syncs and opens its folder outside it, so creates run side by side.
+    changing: Mutex<BTreeSet<String>>,
     /// Held from `open` until `shutdown`: no other server opens these collections meanwhile,
     /// which is also what makes a staging folder found at open a leftover of a dead process.
     lock: Mutex<Option<DataDirLock>>,
@@ -118,7 +118,7 @@ impl<T> Catalog<T> {
             closer,
             attach: Box::new(attach),
             aliases,
-            changing: Mutex::new(()),
+            changing: Mutex::new(BTreeSet::new()),
             lock: Mutex::new(Some(lock)),
             writer_pool,
         })
@@ -157,148 +157,6 @@ impl<T> Catalog<T> {
     /// Every collection, open, closed or faulted, by name; opens nothing.
     pub fn entries(&self) -> Vec<CollectionEntry<T>> {
         self.read().values().cloned().collect()
-    }
-
-    /// Creates a collection atomically: it is built in a hidden folder and renamed into place.
-    /// A failure leaves neither a listed collection nor a folder that would appear at restart.
-    pub fn create(
-        &self,
-        name: &str,
-        settings: StoredSettings,
-        extra: T,
-    ) -> Result<Arc<OpenCollection<T>>> {
-        debug_assert!(is_valid_collection_name(name));
-        let _changing = self.changing();
-        self.check_name_free(name)?;
-        let staging = self.root.join(format!("{CREATING_PREFIX}{name}"));
-        let built = self.build_staging(name, &staging, &settings);
-        if let Err(error) = built {
-            let _ = std::fs::remove_dir_all(&staging);
-            return Err(error);
-        }
-        self.publish(name, &staging, settings, extra)
-    }
-
-    /// That no collection, alias or folder holds `name` (under the `changing` lock).
-    fn check_name_free(&self, name: &str) -> Result<()> {
-        if self.read().contains_key(name) {
-            return Err(LatheError::CollectionExists {
-                name: name.to_string(),
-            });
-        }
-        if let Some(collection) = self.aliases.target(name) {
-            return Err(LatheError::AliasExists {
-                alias: name.to_string(),
-                collection,
-            });
-        }
-        let target = self.root.join(name);
-        if target.symlink_metadata().is_ok() {
-            // Put there by hand after this server started: never build over it.
-            return Err(LatheError::StorageRefused {
-                name: name.to_string(),
-                action: "creating the collection folder".into(),
-                path: target,
-                source: std::io::Error::new(
-                    std::io::ErrorKind::AlreadyExists,
-                    "a folder of that name appeared after the server started; move it away or restart the server to open it",
-                ),
-            });
-        }
-        Ok(())
-    }
-
-    /// Renames a complete collection folder (`staging`) into place, durably, opens it and lists
-    /// it (under the `changing` lock, the name checked free): the rename is the moment the
-    /// collection appears. A failure leaves neither a listed collection nor a folder that would
-    /// appear at restart.
-    fn publish(
-        &self,
-        name: &str,
-        staging: &Path,
-        settings: StoredSettings,
-        extra: T,
-    ) -> Result<Arc<OpenCollection<T>>> {
-        if let Err(error) = self.check_room() {
-            let _ = std::fs::remove_dir_all(staging);
-            return Err(error);
-        }
-        let target = self.root.join(name);
-        if let Err(source) = std::fs::rename(staging, &target) {
-            let _ = std::fs::remove_dir_all(staging);
-            return Err(LatheError::StorageRefused {
-                name: name.to_string(),
-                action: format!("renaming {} into place", staging.display()),
-                path: target,
-                source,
-            });
-        }
-        if let Err(error) = sync_dir(&self.root) {
-            self.unpublish_or_log(name, &target, staging);
-            return Err(error);
-        }
-        let index = match CollectionIndex::open(
-            &target.join(INDEX_DIR),
-            name,
-            self.dense.clone(),
-            &self.writer_settings,
-            &self.writer_pool,
-        ) {
-            Ok(index) => index,
-            Err(error) => {
-                // Unpublish, so that the failed create does not appear at the next start.
-                self.unpublish_or_log(name, &target, staging);
-                return Err(error);
-            }
-        };
-        let collection = Arc::new(OpenCollection::new(name, settings, index, extra));
-        collection.touch(self.residency.now_ms());
-        self.write().insert(
-            name.to_string(),
-            CollectionEntry::Ready(Arc::clone(&collection)),
-        );
-        self.after_open();
-        Ok(collection)
-    }
-
-    /// Writes the settings and an empty index into the staging folder.
-    fn build_staging(&self, name: &str, staging: &Path, settings: &StoredSettings) -> Result<()> {
-        // A leftover of an earlier failed create of this name: ours to clear.
-        let _ = std::fs::remove_dir_all(staging);
-        std::fs::create_dir_all(staging).map_err(|source| LatheError::StorageRefused {
-            name: name.to_string(),
-            action: "creating the staging folder".into(),
-            path: staging.to_path_buf(),
-            source,
-        })?;
-        write_settings(staging, settings).map_err(|source| LatheError::StorageRefused {
-            name: name.to_string(),
-            action: "writing the settings".into(),
-            path: staging.join(SETTINGS_FILE),
-            source,
-        })?;
-        // Create the empty index on disk before the rename; it is opened in place afterwards.
-        drop(CollectionIndex::open(
-            &staging.join(INDEX_DIR),
-            name,
-            self.dense.clone(),
-            &self.writer_settings,
-            &self.writer_pool,
-        )?);
-        Ok(())
-    }
-
-    fn unpublish_or_log(&self, name: &str, target: &Path, staging: &Path) {
-        let unpublished = std::fs::rename(target, staging)
-            .and_then(|()| std::fs::File::open(&self.root).and_then(|dir| dir.sync_all()));
-        match unpublished {
-            Ok(()) => {
-                let _ = std::fs::remove_dir_all(staging);
-            }
-            Err(error) => {
-                tracing::error!(collection = %name, path = %target.display(), %error, "a failed create could not be undone; the empty collection will be opened at the next start");
-            }
-        }
     }
 
     /// Deletes a collection, ready or faulted, all or nothing: its folder is renamed away first,
@@ -401,7 +259,12 @@ impl<T> Catalog<T> {
     /// Points `alias` at the collection `collection`, durably (see `aliases`), checked against
     /// the collections and the aliases.
     pub fn set_alias(&self, alias: &str, collection: &str, change: AliasChange) -> Result<()> {
-        let _changing = self.changing();
+        let creating = self.changing();
+        if creating.contains(alias) {
+            return Err(LatheError::CollectionExists {
+                name: alias.to_string(),
+            });
+        }
         self.aliases.set(alias, collection, change, |name| {
             self.read().contains_key(name)
         })
@@ -432,7 +295,7 @@ impl<T> Catalog<T> {
         )))
     }
 
-    fn changing(&self) -> std::sync::MutexGuard<'_, ()> {
+    fn changing(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
         self.changing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -485,6 +348,7 @@ impl<T> Drop for Catalog<T> {
 #[cfg(test)]
 mod tests {
     use super::fault::{MAX_CAUSE_CHARS, META_FILE};
+    use super::folders::{INDEX_DIR, SETTINGS_FILE};
     use super::*;
     use crate::index::collection::{section_key, DocumentRecord, SectionRecord};
 
@@ -599,6 +463,71 @@ mod tests {
             .map(|e| e.name().to_string())
             .collect();
         assert_eq!(names, ["docs"]);
+    }
+
+    #[test]
+    fn creates_run_side_by_side_and_of_one_name_exactly_one_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = open_catalog(dir.path());
+        let outcomes: Vec<Result<Arc<OpenCollection<()>>>> = std::thread::scope(|scope| {
+            let creates: Vec<_> = (0..8)
+                .map(|i| {
+                    let catalog = &catalog;
+                    // Threads 0..4 race for one name; 4..8 each create its own.
+                    let name = if i < 4 {
+                        "shared".to_string()
+                    } else {
+                        format!("own-{i}")
+                    };
+                    scope.spawn(move || catalog.create(&name, settings(), ()))
+                })
+                .collect();
+            creates.into_iter().map(|c| c.join().unwrap()).collect()
+        });
+        let (shared, own) = outcomes.split_at(4);
+        assert_eq!(shared.iter().filter(|r| r.is_ok()).count(), 1);
+        for lost in shared.iter().filter_map(|r| r.as_ref().err()) {
+            assert!(
+                matches!(lost, LatheError::CollectionExists { name } if name == "shared"),
+                "{lost:?}"
+            );
+        }
+        assert!(own.iter().all(Result::is_ok));
+        let names: Vec<String> = catalog
+            .entries()
+            .iter()
+            .map(|e| e.name().to_string())
+            .collect();
+        assert_eq!(names, ["own-4", "own-5", "own-6", "own-7", "shared"]);
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join(COLLECTIONS_DIR))
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with('.'))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn a_name_being_created_is_taken_for_creates_and_aliases_until_it_is_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = open_catalog(dir.path());
+        catalog.create("target", settings(), ()).unwrap();
+        let reserved = catalog.reserve("busy").unwrap();
+        assert!(matches!(
+            catalog.create("busy", settings(), ()),
+            Err(LatheError::CollectionExists { .. })
+        ));
+        assert!(matches!(
+            catalog.set_alias("busy", "target", AliasChange::Create),
+            Err(LatheError::CollectionExists { .. })
+        ));
+        assert!(matches!(
+            catalog.delete("busy"),
+            Err(LatheError::CollectionNotFound { .. })
+        ));
+        drop(reserved);
+        catalog.create("busy", settings(), ()).unwrap();
+        assert!(catalog.changing().is_empty());
     }
 
     #[test]

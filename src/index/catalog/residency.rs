@@ -342,8 +342,8 @@ impl<T> Catalog<T> {
 mod tests {
     use std::path::Path;
 
+    use super::super::folders::INDEX_DIR;
     use super::super::tests::{open_budgeted, record, settings};
-    use super::super::INDEX_DIR;
     use super::*;
     use crate::index::collection::WriteOp;
 

@@ -206,9 +206,8 @@ impl<T> Catalog<T> {
         settings: StoredSettings,
         extra: T,
     ) -> Result<Arc<OpenCollection<T>>> {
-        let _changing = self.changing();
-        self.check_name_free(name)?;
-        self.publish(name, prepared, settings, extra)
+        let reserved = self.reserve(name)?;
+        self.publish(&reserved, prepared, settings, extra)
     }
 }
 

@@ -125,9 +125,10 @@ impl DenseUpkeep {
         Ok(())
     }
 
-    /// Seals the live segment, so that the next open inserts nothing (at a clean shutdown).
-    pub fn seal(&self) {
-        self.dense.seal();
+    /// Seals the live segment at a clean close unless it is small (see
+    /// [`DenseIndex::seal_at_close`]), so that the next open inserts little.
+    pub fn seal_at_close(&self) {
+        self.dense.seal_at_close();
     }
 
     /// Merges the sealed segments that call for it on a thread of its own: a merge rebuilds

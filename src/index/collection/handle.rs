@@ -166,6 +166,14 @@ impl CollectionIndex {
         })
     }
 
+    /// Writes an empty index of today's schema into `path` and nothing else: what a new
+    /// collection's folder is built with before it is renamed into place and opened
+    /// ([`CollectionIndex::open`]). No writer is registered and no thread started.
+    pub fn create_empty(path: &Path, name: &str) -> Result<()> {
+        std::fs::create_dir_all(path).map_err(|e| storage::io_write_error(name, path, &e))?;
+        open_verified_index(path, name, &Integrity::opening(name)).map(drop)
+    }
+
     /// `Some(reason)` once this process found any of the collection's stored data failing
     /// verification: a new segment file when a commit or merge first opened it (reads go on from
     /// the last good snapshot; that commit failed), or a stored section read by a query (that

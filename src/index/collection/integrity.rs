@@ -235,6 +235,14 @@ impl<D: Directory + Clone> Directory for VerifiedDirectory<D> {
 
     super::storage::forward_unchanged_directory_methods!();
 
+    fn atomic_write(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+        self.inner.atomic_write(path, data)
+    }
+
+    fn atomic_read(&self, path: &Path) -> Result<Vec<u8>, OpenReadError> {
+        self.inner.atomic_read(path)
+    }
+
     fn acquire_lock(&self, lock: &Lock) -> Result<DirectoryLock, LockError> {
         // The mmap directory's own lock (flock), not the trait's file-exists default.
         self.inner.acquire_lock(lock)

@@ -146,9 +146,10 @@ impl WriterJob for CollectionWriter {
             self.commit();
         }
         if stopping {
-            // A clean stop seals the live dense segment: the next open inserts nothing.
+            // A clean stop seals the live dense segment unless it is small: the next open
+            // inserts little.
             if let Some(dense) = &self.dense {
-                dense.seal();
+                dense.seal_at_close();
             }
             self.close_index_writer();
             return JobState {
