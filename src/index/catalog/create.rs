@@ -49,7 +49,8 @@ impl<T> Catalog<T> {
         })
     }
 
-    /// That no collection, alias or folder holds `name` (under the `changing` lock).
+    /// That no collection, alias or folder holds `name` (final only under the `changing` lock,
+    /// as [`Catalog::reserve`] calls it).
     pub(super) fn check_name_free(&self, name: &str) -> Result<()> {
         if self.read().contains_key(name) {
             return Err(LatheError::CollectionExists {

@@ -175,8 +175,8 @@ impl<T> Catalog<T> {
         label: &str,
         attach: impl FnOnce(&StoredSettings) -> Result<T>,
     ) -> Result<(Arc<OpenCollection<T>>, SnapshotManifest)> {
-        // Checked again under the lock before the rename; here so as not to read a whole upload
-        // for a name already taken.
+        // Checked again when the name is reserved, before the rename; here so as not to read a
+        // whole upload for a name already taken.
         self.check_name_free(name)?;
         let root = self.snapshots_root();
         std::fs::create_dir_all(&root)
