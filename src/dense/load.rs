@@ -157,11 +157,12 @@ fn load_listed_segments(
     // Each load is one thread reading and verifying its files, then rebuilding the graph's
     // structures from them.
     let load = |entry: &SegmentEntry| persist::load_segment(dir, entry, dim);
-    let threads = match threads {
-        0 => std::thread::available_parallelism().map_or(1, usize::from),
-        threads => threads,
-    }
-    .min(listed.segments.len());
+    let threads = match (threads, listed.segments.len()) {
+        // One segment or none (most collections): no need to ask how many cores there are.
+        (_, 0 | 1) => 1,
+        (0, segments) => std::thread::available_parallelism().map_or(1, |n| n.get().min(segments)),
+        (threads, segments) => threads.min(segments),
+    };
     let one_at_a_time = || listed.segments.iter().map(load).collect();
     let results: Vec<Result<Segment, DenseError>> = if threads > 1 {
         match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {

@@ -31,6 +31,10 @@ type Collection = OpenCollection<CollectionRuntime>;
 /// Calls into the queue's file at once (see `Ingestor::queue_calls`).
 const QUEUE_CALLS: usize = 2;
 
+/// A write with at most this many bytes of text is sectioned on the task that took it: under
+/// 100 µs of work, less than a pool hop (rayon's threads spin through yields after each job).
+const SECTION_INLINE_BYTES: usize = 4096;
+
 /// How often ended operations and old write ids are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
@@ -96,7 +100,7 @@ impl Ingestor {
         }
     }
 
-    /// The section stage of `documents`, on the pool, side by side when the pool is idle.
+    /// The section stage of `documents`: here when small, else on the pool (side by side if idle).
     pub async fn section(
         &self,
         collection: &Arc<Collection>,
@@ -106,6 +110,10 @@ impl Ingestor {
             section_tokens: collection.settings.section_tokens as usize,
             max_sections: self.config.limits.max_sections_per_document,
         };
+        if documents.iter().map(|d| d.text.len()).sum::<usize>() <= SECTION_INLINE_BYTES {
+            let cut = |document| section::section(document, limits, &collection.extra.tokenizer);
+            return documents.into_iter().map(cut).collect();
+        }
         let collection = Arc::clone(collection);
         self.pool
             .run(move || {
@@ -236,8 +244,7 @@ impl Ingestor {
         }
     }
 
-    /// Starts a worker for every collection with writes waiting, and the pruning of ended
-    /// operations.
+    /// Starts a worker for each collection with writes waiting, and the pruning of ended ops.
     pub fn start(self: &Arc<Self>) {
         let Some(queue) = &self.queue else {
             return;

@@ -12,6 +12,7 @@ mod dense_upkeep;
 mod handle;
 mod inspect;
 pub mod integrity;
+mod managed_list;
 mod reader;
 mod records;
 pub mod schema;

@@ -18,6 +18,7 @@ use tantivy::directory::{
 };
 use tantivy::TantivyError;
 
+use super::managed_list::ManagedList;
 use super::store_reads::{is_doc_store, DocStoreHandle};
 use crate::error::{LatheError, StorageFault};
 
@@ -93,17 +94,18 @@ pub(super) use forward_unchanged_directory_methods;
 /// nothing deletes files from a read-only filesystem, so the collection opens and serves reads,
 /// and only writes fail (with the cause, see [`write_error`]). Doc-store files are handed out as
 /// [`DocStoreHandle`]s, whose block reads leave nothing mapped (see `store_reads`).
-/// `.managed.json` is replaced in place of its spare (see [`replace_file`]).
+/// `.managed.json` is written once for each new segment (see [`ManagedList`]), in place of its
+/// spare (see [`replace_file`]).
 #[derive(Clone, Debug)]
 pub struct IndexDirectory {
     inner: MmapDirectory,
     root: PathBuf,
     /// Held while `.managed.json` or its spare is written or read: the spare of one write is the
     /// file a read may have open.
-    managed_file: Arc<Mutex<()>>,
+    managed_file: Arc<Mutex<ManagedList>>,
 }
 
-/// Tantivy's list of the files it manages, rewritten once for each file a commit creates.
+/// Tantivy's list of the files it manages, which it rewrites for each file it creates.
 const MANAGED_FILE: &str = ".managed.json";
 
 impl IndexDirectory {
@@ -141,8 +143,9 @@ impl Directory for IndexDirectory {
         if path != Path::new(MANAGED_FILE) {
             return self.inner.atomic_write(path, data);
         }
-        let _managed = self.managed_file.lock().unwrap_or_else(|p| p.into_inner());
-        replace_file(&self.root.join(path), data)
+        let mut managed = self.managed_file.lock().unwrap_or_else(|p| p.into_inner());
+        let path = self.root.join(path);
+        managed.replace(&path, data, |data| replace_file(&path, data))
     }
 
     fn atomic_read(&self, path: &Path) -> Result<Vec<u8>, OpenReadError> {
@@ -256,6 +259,7 @@ fn io_root(error: &TantivyError) -> Option<(&io::Error, Option<PathBuf>)> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
     use std::sync::Arc;
 
     use super::*;
@@ -387,7 +391,7 @@ mod tests {
     }
 
     #[test]
-    fn an_index_whose_managed_list_is_replaced_in_place_commits_and_opens_again() {
+    fn an_index_whose_managed_list_is_written_ahead_commits_merges_collects_and_opens_again() {
         use tantivy::schema::{Schema, TEXT};
         let dir = tempfile::tempdir().unwrap();
         let mut builder = Schema::builder();
@@ -400,22 +404,46 @@ mod tests {
         )
         .unwrap();
         let mut writer: tantivy::IndexWriter = index.writer(15_000_000).unwrap();
+        writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
         for round in 0..3 {
             writer
                 .add_document(tantivy::doc!(text => format!("note {round}")))
                 .unwrap();
             writer.commit().unwrap();
         }
-        drop(writer);
-        drop(index);
-        let managed: Vec<String> =
-            serde_json::from_slice(&std::fs::read(dir.path().join(MANAGED_FILE)).unwrap()).unwrap();
+        let managed = || -> BTreeSet<String> {
+            serde_json::from_slice(&std::fs::read(dir.path().join(MANAGED_FILE)).unwrap()).unwrap()
+        };
+        let segment_files = || -> BTreeSet<String> {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+                .filter(|name| !name.starts_with('.') && name != "meta.json")
+                .collect()
+        };
         assert!(
-            managed.iter().any(|name| name.ends_with(".store")),
-            "the managed list names the segment files: {managed:?}"
+            segment_files().is_subset(&managed()),
+            "every file is listed"
         );
+        let segments = index.searchable_segment_ids().unwrap();
+        assert_eq!(segments.len(), 3);
+        writer.merge(&segments).wait().unwrap();
+        writer.garbage_collect_files().wait().unwrap();
+        writer.wait_merging_threads().unwrap();
+        let files = segment_files();
+        assert_eq!(files.len(), 6, "one segment left: {files:?}");
+        assert!(files.is_subset(&managed()));
+        drop(index);
         let reopened = tantivy::Index::open(IndexDirectory::open(dir.path()).unwrap()).unwrap();
-        let searcher = reopened.reader().unwrap().searcher();
-        assert_eq!(searcher.num_docs(), 3);
+        assert_eq!(reopened.reader().unwrap().searcher().num_docs(), 3);
+        let writer: tantivy::IndexWriter = reopened.writer(15_000_000).unwrap();
+        writer.garbage_collect_files().wait().unwrap();
+        assert_eq!(segment_files(), files);
+        let mut listed = managed();
+        listed.remove("meta.json");
+        assert_eq!(
+            listed, files,
+            "the merged segments' names are gone from the list"
+        );
     }
 }
