@@ -118,87 +118,101 @@ mod tests {
         bytes
     }
 
-    fn on_disk(path: &Path) -> BTreeSet<String> {
-        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    /// A folder's `.managed.json` and its list, written through a plain `std::fs::write`, with
+    /// the writes counted.
+    struct Folder {
+        _dir: tempfile::TempDir,
+        path: std::path::PathBuf,
+        managed: ManagedList,
+        writes: usize,
     }
 
-    /// Writes through a plain `std::fs::write`, counting the writes.
-    fn replace(managed: &mut ManagedList, path: &Path, names: &[String], writes: &mut usize) {
-        managed
-            .replace(path, &list(names), |bytes| {
-                *writes += 1;
-                std::fs::write(path, bytes)
-            })
-            .unwrap();
+    impl Folder {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(".managed.json");
+            Self {
+                _dir: dir,
+                path,
+                managed: ManagedList::default(),
+                writes: 0,
+            }
+        }
+
+        fn replace(&mut self, names: &[String]) {
+            let (path, writes) = (&self.path, &mut self.writes);
+            self.managed
+                .replace(path, &list(names), |bytes| {
+                    *writes += 1;
+                    std::fs::write(path, bytes)
+                })
+                .unwrap();
+        }
+
+        fn on_disk(&self) -> BTreeSet<String> {
+            serde_json::from_slice(&std::fs::read(&self.path).unwrap()).unwrap()
+        }
     }
 
     #[test]
     fn a_segments_files_cost_one_write_and_the_file_always_lists_all_that_tantivy_lists() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(".managed.json");
-        let mut managed = ManagedList::default();
-        let mut writes = 0;
+        let mut folder = Folder::new();
         let mut tantivy = vec!["meta.json".to_string()];
-        replace(&mut managed, &path, &tantivy, &mut writes);
+        folder.replace(&tantivy);
         for ext in SEGMENT_FILES {
             tantivy.push(format!("{SEGMENT}.{ext}"));
-            replace(&mut managed, &path, &tantivy, &mut writes);
+            folder.replace(&tantivy);
             let listed: BTreeSet<String> = tantivy.iter().cloned().collect();
-            assert!(listed.is_subset(&on_disk(&path)), "after {ext}");
+            assert!(listed.is_subset(&folder.on_disk()), "after {ext}");
         }
         assert_eq!(
-            writes, 2,
+            folder.writes, 2,
             "the list before the segment, then its first file"
         );
         // A delete's file is not a segment's: it is written when tantivy lists it.
         tantivy.push(format!("{SEGMENT}.7.del"));
-        replace(&mut managed, &path, &tantivy, &mut writes);
-        assert_eq!(writes, 3);
-        assert_eq!(on_disk(&path).len(), tantivy.len());
+        folder.replace(&tantivy);
+        assert_eq!(folder.writes, 3);
+        assert_eq!(folder.on_disk().len(), tantivy.len());
     }
 
     #[test]
     fn a_name_tantivy_drops_is_written_at_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(".managed.json");
-        let mut managed = ManagedList::default();
-        let mut writes = 0;
+        let mut folder = Folder::new();
         let segment: Vec<String> = segment_files(&format!("{SEGMENT}.idx")).collect();
-        replace(&mut managed, &path, &segment, &mut writes);
+        folder.replace(&segment);
         // Garbage collection removed the segment: the list shrinks on disk too.
-        replace(&mut managed, &path, &[], &mut writes);
-        assert_eq!(writes, 2);
-        assert!(on_disk(&path).is_empty());
+        folder.replace(&[]);
+        assert_eq!(folder.writes, 2);
+        assert!(folder.on_disk().is_empty());
     }
 
     #[test]
     fn a_file_someone_else_replaced_is_written_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(".managed.json");
-        let mut managed = ManagedList::default();
-        let mut writes = 0;
-        let first = vec![format!("{SEGMENT}.fieldnorm")];
-        replace(&mut managed, &path, &first, &mut writes);
-        std::fs::write(&path, b"[]\n").unwrap();
-        let second = vec![format!("{SEGMENT}.fieldnorm"), format!("{SEGMENT}.term")];
-        replace(&mut managed, &path, &second, &mut writes);
-        assert_eq!(writes, 2, "the file changed under the list: written again");
-        assert!(on_disk(&path).contains(&second[1]));
+        let mut folder = Folder::new();
+        folder.replace(&[format!("{SEGMENT}.fieldnorm")]);
+        std::fs::write(&folder.path, b"[]\n").unwrap();
+        let second = [format!("{SEGMENT}.fieldnorm"), format!("{SEGMENT}.term")];
+        folder.replace(&second);
+        assert_eq!(
+            folder.writes, 2,
+            "the file changed under the list: written again"
+        );
+        assert!(folder.on_disk().contains(&second[1]));
     }
 
     #[test]
     fn a_failed_write_leaves_nothing_assumed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(".managed.json");
-        let mut managed = ManagedList::default();
-        let names = vec![format!("{SEGMENT}.fieldnorm")];
-        let failed = managed.replace(&path, &list(&names), |_| Err(io::Error::other("full")));
+        let mut folder = Folder::new();
+        let names = [format!("{SEGMENT}.fieldnorm")];
+        let failed = folder.managed.replace(&folder.path, &list(&names), |_| {
+            Err(io::Error::other("full"))
+        });
         assert!(failed.is_err());
-        let mut writes = 0;
-        let more = vec![format!("{SEGMENT}.fieldnorm"), format!("{SEGMENT}.term")];
-        replace(&mut managed, &path, &more, &mut writes);
-        assert_eq!(writes, 1);
-        assert!(on_disk(&path).contains(&more[1]));
+        let more = [format!("{SEGMENT}.fieldnorm"), format!("{SEGMENT}.term")];
+        folder.replace(&more);
+        assert_eq!(folder.writes, 1);
+        assert!(folder.on_disk().contains(&more[1]));
     }
 
     #[test]
