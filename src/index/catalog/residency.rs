@@ -443,10 +443,13 @@ mod tests {
         let catalog = Arc::new(catalog(dir.path(), 1));
         for round in 0..20 {
             drop(created(&catalog, "doomed"));
-            drop(created(&catalog, "other"));
+            // Held until "doomed" closed: the closer's only idle choice, even while this
+            // thread's look at the listing holds "doomed" for a moment.
+            let other = created(&catalog, "other");
             wait_until(&format!("round {round}: doomed closed"), || {
                 is_closed(&catalog, "doomed")
             });
+            drop(other);
             let opener = {
                 let catalog = Arc::clone(&catalog);
                 std::thread::spawn(move || {
