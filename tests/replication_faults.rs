@@ -42,7 +42,26 @@ fn variables(nats: &Nats, max_lag_seconds: u64) -> Vec<(&'static str, String)> {
 }
 
 async fn replica(dir: &std::path::Path, nats: &Nats, max_lag_seconds: u64) -> Replica {
-    let server = binary::start(dir, &variables(nats, max_lag_seconds));
+    replica_with(dir, nats, max_lag_seconds, &[]).await
+}
+
+/// A replica that publishes every write it takes to the log itself, before acknowledging it
+/// (`replication.queue_writes = false`): a write's token is then its log position, which the
+/// tests of the log's lag compare with the position a read was answered at.
+async fn direct_replica(dir: &std::path::Path, nats: &Nats, max_lag_seconds: u64) -> Replica {
+    let direct = [("LATHE_REPLICATION__QUEUE_WRITES", "false".to_string())];
+    replica_with(dir, nats, max_lag_seconds, &direct).await
+}
+
+async fn replica_with(
+    dir: &std::path::Path,
+    nats: &Nats,
+    max_lag_seconds: u64,
+    more: &[(&'static str, String)],
+) -> Replica {
+    let mut variables = variables(nats, max_lag_seconds);
+    variables.extend_from_slice(more);
+    let server = binary::start(dir, &variables);
     let replica = Replica {
         client: binary::connect(&server.address).await,
         server,
@@ -140,8 +159,8 @@ async fn a_replica_paused_during_2000_writes_never_serves_older_than_its_max_lag
     const MAX_LAG: u64 = 60;
     let dir = tempfile::tempdir().unwrap();
     let nats = Nats::start(dir.path(), None);
-    let mut writer = replica(&dir.path().join("writer"), &nats, MAX_LAG).await;
-    let mut paused = replica(&dir.path().join("paused"), &nats, MAX_LAG).await;
+    let mut writer = direct_replica(&dir.path().join("writer"), &nats, MAX_LAG).await;
+    let mut paused = direct_replica(&dir.path().join("paused"), &nats, MAX_LAG).await;
     create(&mut writer.client, "c").await;
     write(&mut writer.client, "c", documents(0..1, 20)).await;
     let pid = paused.server.child.id();
@@ -477,10 +496,10 @@ fn logged_so_far(replica: &Replica, needle: &str) -> Option<String> {
 async fn a_replica_whose_disk_fills_stops_vouching_and_catches_up_by_itself_once_there_is_room() {
     let dir = tempfile::tempdir().unwrap();
     let nats = Nats::start(dir.path(), None);
-    let mut a = replica(&dir.path().join("a"), &nats, 60).await;
+    let mut a = direct_replica(&dir.path().join("a"), &nats, 60).await;
     let b_data = dir.path().join("b");
     let mut disk = Tmpfs::mount(&b_data.join("collections"), "6m");
-    let mut b = replica(&b_data, &nats, 60).await;
+    let mut b = direct_replica(&b_data, &nats, 60).await;
     disk.server_pid = Some(b.server.child.id());
     create(&mut a.client, "c").await;
 

@@ -128,6 +128,14 @@ pub struct ReplicationConfig {
     pub max_message_bytes: usize,
     /// Log entries applied together: one commit per collection per batch.
     pub apply_batch: usize,
+    /// Whether a write without `wait` is queued in the work stream and acknowledged before it
+    /// is embedded (any replica's index worker embeds it); false: the replica that takes it
+    /// embeds it and publishes it to the log before acknowledging it.
+    pub queue_writes: bool,
+    /// Whether this replica takes writes queued in the work stream (`<stream>_WORK`), embeds
+    /// them and publishes them to the log. Writes without `wait` are queued there: at least
+    /// one replica of a deployment must run a worker, or they are never applied.
+    pub index_worker: bool,
 }
 
 impl Default for ReplicationConfig {
@@ -141,6 +149,8 @@ impl Default for ReplicationConfig {
             watch_interval_ms: 2_000,
             max_message_bytes: 0,
             apply_batch: 512,
+            queue_writes: true,
+            index_worker: true,
         }
     }
 }

@@ -20,6 +20,8 @@
 //! - `position`: the replica's recorded position; `state`: its progress ([`Progress`]).
 //! - `watch`: the log read on a timer: the lag from the log's own state, a stalled delivery
 //!   restarted, the log's identity checked (a stream deleted, purged or made again is lost).
+//! - `work`: the work stream of writes acknowledged before they are embedded, taken by any
+//!   replica's index worker, and the stamps that keep every document's newest write in the log.
 //! - `recover`: once the log is lost, what an operator decides (re-seed a new log from this
 //!   replica's data, or start over from an empty one), and every replica's adopting of it.
 //!
@@ -34,6 +36,7 @@ mod recover;
 pub mod state;
 mod subjects;
 mod watch;
+pub mod work;
 
 #[allow(clippy::all, missing_docs)]
 mod proto {
@@ -51,6 +54,7 @@ pub use apply::{Applier, ApplyTask, Positioned};
 pub use codec::{Entry, VectorStamp};
 pub use recover::{Recovered, Recovery, Seed};
 pub use state::{Progress, ReplicaState};
+pub use work::{WorkItem, WORK_TOKEN};
 
 use crate::config::ReplicationConfig;
 use crate::error::{LatheError, Result};
@@ -68,6 +72,8 @@ pub struct Replication {
     /// The stream, once it has been reached (created on first use by a replica that holds
     /// nothing of a log yet).
     stream: OnceCell<jetstream::stream::Stream>,
+    /// The work stream of queued writes, once reached (see `work`).
+    work: OnceCell<jetstream::stream::Stream>,
     state: Arc<ReplicaState>,
     data_dir: PathBuf,
     dedupe_window: Duration,
@@ -136,6 +142,7 @@ impl Replication {
             client,
             jetstream,
             stream: OnceCell::new(),
+            work: OnceCell::new(),
             state,
             data_dir: data_dir.to_path_buf(),
             dedupe_window,
@@ -218,7 +225,7 @@ impl Replication {
 
     /// Largest message this replica publishes: the configured size, at most what the server
     /// takes.
-    fn max_message_bytes(&self) -> usize {
+    pub fn max_message_bytes(&self) -> usize {
         let server = self.client.server_info().max_payload;
         let server = if server == 0 { 1 << 20 } else { server };
         let configured = match self.config.max_message_bytes {

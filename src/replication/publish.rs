@@ -11,7 +11,8 @@
 //! purged; a tombstone purges them all. Parts of a split version replaced by an inline one stay
 //! until the document is next written split, deleted, or its collection deleted. A write sent
 //! again with its `write_id` stores nothing: its parts carry message ids derived from it, so
-//! JetStream answers the first publication's parts and entry (see `publish_parts`).
+//! JetStream answers the first publication's parts and entry (see `publish_parts`). A write
+//! given a stamp (see `work`) publishes a version only over an older write's.
 
 use async_nats::jetstream;
 use async_nats::jetstream::context::PublishErrorKind;
@@ -20,6 +21,7 @@ use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::future::join_all;
 
 use super::codec::{self, Decoded, EncodedDocument, Entry, PartsRef};
+use super::work::{Stamp, STAMP_HEADER};
 use super::{log_unavailable, Replication};
 use crate::error::{LatheError, Result};
 
@@ -36,9 +38,10 @@ impl Replication {
         collection: &str,
         documents: Vec<EncodedDocument>,
         write_id: &str,
+        stamp: Option<Stamp>,
     ) -> Result<u64> {
         let stream = self.stream().await?;
-        self.publish_documents_to(stream, collection, documents, write_id)
+        self.publish_documents_to(stream, collection, documents, write_id, stamp)
             .await
     }
 
@@ -50,18 +53,22 @@ impl Replication {
         collection: &str,
         documents: Vec<EncodedDocument>,
         write_id: &str,
+        stamp: Option<Stamp>,
     ) -> Result<u64> {
         let max = self.max_message_bytes();
         let ids: Vec<String> = documents.iter().map(|d| d.doc_id.clone()).collect();
         let publications = documents.into_iter().map(|document| async move {
             let subject = self.subjects.document(collection, &document.doc_id);
             let id = message_id(collection, write_id, "upsert", &document.doc_id);
-            if document.bytes.len() <= max {
+            if document.bytes.len() > max {
+                self.publish_split(stream, collection, document, max, id, stamp)
+                    .await
+            } else if let Some(stamp) = stamp {
+                self.publish_stamped(stream, subject, document.bytes.into(), stamp, id)
+                    .await
+            } else {
                 let message = PublishMessage::build().payload(document.bytes.into());
                 self.publish_one(subject, with_id(message, id)).await
-            } else {
-                self.publish_split(stream, collection, document, max, id)
-                    .await
             }
         });
         let outcomes = join_all(publications).await;
@@ -74,6 +81,7 @@ impl Replication {
         collection: &str,
         ids: &[String],
         write_id: &str,
+        stamp: Stamp,
     ) -> Result<u64> {
         let stream = self.stream().await?;
         let publications = ids.iter().map(|doc_id| async move {
@@ -82,9 +90,10 @@ impl Replication {
                 doc_id: doc_id.clone(),
             });
             let subject = self.subjects.document(collection, doc_id);
-            let message = PublishMessage::build().payload(entry.into());
             let id = message_id(collection, write_id, "delete", doc_id);
-            let position = self.publish_one(subject, with_id(message, id)).await?;
+            let position = self
+                .publish_stamped(stream, subject, entry.into(), stamp, id)
+                .await?;
             let parts = self.subjects.parts_of_document(collection, doc_id);
             purge_before(stream, self.url(), parts, position).await?;
             Ok(position)
@@ -198,7 +207,7 @@ impl Replication {
             .map_err(PublishFailure::into_error)
     }
 
-    async fn send(
+    pub(super) async fn send(
         &self,
         subject: String,
         message: PublishMessage,
@@ -233,15 +242,16 @@ impl Replication {
         document: EncodedDocument,
         max: usize,
         id: Option<String>,
+        stamp: Option<Stamp>,
     ) -> Result<u64> {
         let hash = *blake3::hash(&document.bytes).as_bytes();
         let doc_subject = self.subjects.document(collection, &document.doc_id);
         for _ in 0..SPLIT_ATTEMPTS {
-            let last = match stream.get_last_raw_message_by_subject(&doc_subject).await {
-                Ok(message) => message.sequence,
-                Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => 0,
-                Err(e) => return Err(log_unavailable(self.url(), e)),
-            };
+            let (last, last_stamp) = self.last_version(stream, &doc_subject).await?;
+            if stamp.is_some() && last_stamp >= stamp {
+                // A newer write's version is there (see `publish_stamped`).
+                return Ok(last);
+            }
             let publication = format!("{:016x}", rand::random::<u64>());
             let parts = self
                 .publish_parts(stream, collection, &document, max, &publication, &id)
@@ -255,9 +265,12 @@ impl Replication {
                 total_bytes: document.bytes.len() as u64,
                 blake3: hash,
             });
-            let message = PublishMessage::build()
+            let mut message = PublishMessage::build()
                 .payload(head.into())
                 .expected_last_subject_sequence(last);
+            if let Some(stamp) = stamp {
+                message = message.header(STAMP_HEADER, stamp.header());
+            }
             match self
                 .send(doc_subject.clone(), with_id(message, id.clone()))
                 .await
@@ -359,7 +372,12 @@ async fn part_stored(stream: &jetstream::stream::Stream, url: &str, sequence: u6
 /// The `Nats-Msg-Id` of one document of a write with `write_id` (none without one): a hash, so
 /// that what the caller chose never reaches a header. JetStream stores a message id seen within
 /// the stream's `duplicate_window` once, and answers a repeat with the first one's sequence.
-fn message_id(collection: &str, write_id: &str, kind: &str, doc_id: &str) -> Option<String> {
+pub(super) fn message_id(
+    collection: &str,
+    write_id: &str,
+    kind: &str,
+    doc_id: &str,
+) -> Option<String> {
     if write_id.is_empty() {
         return None;
     }
@@ -382,7 +400,7 @@ fn with_id(message: PublishMessage, id: Option<String>) -> PublishMessage {
     }
 }
 
-enum PublishFailure {
+pub(super) enum PublishFailure {
     /// JetStream refused an entry whose subject moved on since it was read.
     Raced,
     Other(LatheError),
@@ -390,7 +408,7 @@ enum PublishFailure {
 
 impl PublishFailure {
     /// For a publish that sets no expectation (so cannot race).
-    fn into_error(self) -> LatheError {
+    pub(super) fn into_error(self) -> LatheError {
         match self {
             PublishFailure::Raced => LatheError::internal("an unconditional publish was refused"),
             PublishFailure::Other(error) => error,

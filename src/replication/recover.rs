@@ -286,7 +286,7 @@ impl Replication {
             if batch.len() == SEED_BATCH || (done && !batch.is_empty()) {
                 published += batch.len() as u64;
                 let batch = std::mem::replace(&mut batch, Vec::with_capacity(SEED_BATCH));
-                self.publish_documents_to(stream, collection, batch, "")
+                self.publish_documents_to(stream, collection, batch, "", None)
                     .await?;
             }
             if done {

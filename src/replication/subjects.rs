@@ -71,6 +71,27 @@ impl Subjects {
     pub fn parts_of(&self, collection: &str) -> String {
         format!("{}.part.{collection}.>", self.prefix)
     }
+
+    /// The work stream's subjects (a stream of its own, beside the log's: see `work`).
+    pub fn work_stream_subjects(&self) -> Vec<String> {
+        vec![format!("{}.work.>", self.prefix)]
+    }
+
+    /// A write queued for the index workers of any replica.
+    pub fn work(&self, collection: &str) -> String {
+        format!("{}.work.q.{collection}", self.prefix)
+    }
+
+    /// Every queued write: what the index workers' consumer takes.
+    pub fn work_filter(&self) -> String {
+        format!("{}.work.q.>", self.prefix)
+    }
+
+    /// A stamp taken by a write published directly (no worker consumes it; it is deleted at
+    /// once): its sequence orders the write among the queued ones.
+    pub fn work_claim(&self) -> String {
+        format!("{}.work.claim", self.prefix)
+    }
 }
 
 /// A subject token for any document id (ids are free text; tokens may not hold `.`, `*`, `>` or
@@ -103,6 +124,12 @@ mod tests {
         }
         assert_ne!(subjects.document("c", "a"), subjects.document("c", "b"));
         assert_eq!(subjects.collection("c"), "lathe.log.col.c");
+        assert!(subjects
+            .work("c")
+            .starts_with(&subjects.work_filter().replace('>', "")));
+        assert!(!subjects
+            .work_claim()
+            .starts_with(&subjects.work_filter().replace('>', "")));
         assert_eq!(
             subjects.stream_subjects(),
             ["lathe.log.>".to_string(), "lathe.part.>".to_string()]

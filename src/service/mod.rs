@@ -24,6 +24,7 @@ mod replica;
 mod retrieve;
 mod scrub;
 mod snapshots;
+mod work;
 mod write;
 
 use std::collections::BTreeSet;
@@ -81,6 +82,8 @@ pub struct Engine {
     /// the loop applying it.
     replication: OnceLock<Arc<Replication>>,
     apply_task: Mutex<Option<ApplyTask>>,
+    /// With replication: this replica's index worker of queued writes (see `work`).
+    work_task: Mutex<Option<work::WorkerTask>>,
     /// The scrub of every open collection's files, once started.
     scrub: Mutex<Option<scrub::ScrubTask>>,
 }
@@ -163,6 +166,7 @@ impl Engine {
             published_collections: Mutex::new(BTreeSet::new()),
             replication: OnceLock::new(),
             apply_task: Mutex::new(None),
+            work_task: Mutex::new(None),
             scrub: Mutex::new(None),
         })
     }
@@ -197,6 +201,8 @@ impl Engine {
         };
         let task = replication.start(Arc::new(applier));
         *self.apply_task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+        *self.work_task.lock().unwrap_or_else(|p| p.into_inner()) =
+            self.start_index_worker(&replication);
         let _ = self.replication.set(replication);
         tracing::info!(
             url = config.nats_url,
@@ -217,6 +223,14 @@ impl Engine {
 
     /// Stops applying the log, after the batch in hand is committed.
     pub async fn stop_replication(&self) {
+        let worker = self
+            .work_task
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(worker) = worker {
+            worker.stop().await;
+        }
         let task = self
             .apply_task
             .lock()

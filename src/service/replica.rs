@@ -364,7 +364,7 @@ impl Engine {
     /// once it has applied the log up to it; on a single node, once the collection's writes
     /// queued up to it have left the queue.
     pub(super) async fn wait_for_token(&self, collection: &str, token: u64) -> Result<()> {
-        if token == 0 {
+        if token == 0 || self.wait_for_work(token).await? {
             return Ok(());
         }
         match (self.replication(), &self.ingestor.queue) {

@@ -10,8 +10,6 @@ use std::time::{Duration, Instant, SystemTime};
 use super::Engine;
 use crate::error::{LatheError, Result};
 use crate::ingest::validate;
-use crate::replication::codec::{self, EncodedDocument};
-use crate::replication::Entry;
 use crate::types::{DocumentInput, Operation, OperationState, WriteOptions, WriteOutcome};
 use crate::write_queue::{QueuedWrite, MAX_WRITE_ID_BYTES};
 
@@ -38,22 +36,16 @@ impl Engine {
         validate::validate_batch(&self.config.limits, &documents)?;
         check_write_id(&options.write_id)?;
         let sectioned = self.ingestor.section(&collection, documents).await?;
-        if self.replication().is_none() {
-            return self
-                .enqueue(&collection.name, QueuedWrite::Upsert(sectioned), options)
-                .await;
+        match self.replication() {
+            Some(replication) => {
+                self.replicate_upserts(replication, collection, sectioned, options)
+                    .await
+            }
+            None => {
+                self.enqueue(&collection.name, QueuedWrite::Upsert(sectioned), options)
+                    .await
+            }
         }
-        let records = self
-            .ingestor
-            .embed_and_record(Arc::clone(&collection), sectioned)
-            .await?;
-        let outcome = WriteOutcome {
-            documents: records.len() as u32,
-            sections: records.iter().map(|r| r.sections.len() as u32).sum(),
-            ..WriteOutcome::default()
-        };
-        self.publish_upserts(&collection, records, &options, outcome)
-            .await
     }
 
     pub async fn delete_documents(
@@ -76,8 +68,10 @@ impl Engine {
         check_write_id(&options.write_id)?;
         let documents = ids.len() as u32;
         if let Some(replication) = self.replication() {
+            // Stamped: ordered after every write queued before it (see `work`).
+            let stamp = replication.claim_stamp().await?;
             let token = replication
-                .publish_deletes(&collection.name, &ids, &options.write_id)
+                .publish_deletes(&collection.name, &ids, &options.write_id, stamp)
                 .await?;
             let outcome = WriteOutcome {
                 documents,
@@ -229,47 +223,9 @@ impl Engine {
         }
     }
 
-    /// On a replica: the records go to the log (encoded on the pool), each document with a
-    /// message id from the write's `write_id` (JetStream stores a repeat once); with `wait`, the
-    /// answer waits until this replica has applied them.
-    async fn publish_upserts(
-        &self,
-        collection: &super::Collection,
-        records: Vec<crate::index::DocumentRecord>,
-        options: &WriteOptions,
-        outcome: WriteOutcome,
-    ) -> Result<WriteOutcome> {
-        let Some(replication) = self.replication() else {
-            return Err(LatheError::internal("publishing without replication"));
-        };
-        let name = collection.name.clone();
-        let vectors = self.vector_stamp();
-        let encoded = self
-            .pool
-            .run(move || {
-                Ok(records
-                    .into_iter()
-                    .map(|record| EncodedDocument {
-                        doc_id: record.doc_id.clone(),
-                        bytes: codec::encode(Entry::Upsert {
-                            collection: name.clone(),
-                            record,
-                            vectors: vectors.clone(),
-                        }),
-                    })
-                    .collect())
-            })
-            .await?;
-        let token = replication
-            .publish_documents(&collection.name, encoded, &options.write_id)
-            .await?;
-        self.after_publish(collection, token, options.wait, outcome)
-            .await
-    }
-
     /// The outcome of a write the log stored at `token`: with `wait`, once this replica applied
     /// it, with the generation that shows it.
-    async fn after_publish(
+    pub(super) async fn after_publish(
         &self,
         collection: &super::Collection,
         token: u64,

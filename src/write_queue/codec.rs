@@ -24,6 +24,39 @@ pub fn encode_write(write: &QueuedWrite) -> Vec<u8> {
     proto::QueuedWrite { write: Some(write) }.encode_to_vec()
 }
 
+/// An upsert of `documents` as encoded writes of at most `max_bytes` each, documents in order;
+/// `None` when one document alone is larger.
+pub fn encode_upsert_pieces(
+    documents: &[SectionedDocument],
+    max_bytes: usize,
+) -> Option<Vec<Vec<u8>>> {
+    // The write's own envelope: the oneof's key and length.
+    const ENVELOPE: usize = 16;
+    let wrap = |documents| {
+        let write = proto::queued_write::Write::Upsert(proto::QueuedUpsert { documents });
+        proto::QueuedWrite { write: Some(write) }.encode_to_vec()
+    };
+    let (mut pieces, mut piece, mut bytes) = (Vec::new(), Vec::new(), ENVELOPE);
+    for document in documents {
+        let encoded = encode_document(document);
+        let len = encoded.encoded_len();
+        let adds = 1 + prost::encoding::encoded_len_varint(len as u64) + len;
+        if ENVELOPE + adds > max_bytes {
+            return None;
+        }
+        if bytes + adds > max_bytes {
+            pieces.push(wrap(std::mem::take(&mut piece)));
+            bytes = ENVELOPE;
+        }
+        piece.push(encoded);
+        bytes += adds;
+    }
+    if !piece.is_empty() {
+        pieces.push(wrap(piece));
+    }
+    Some(pieces)
+}
+
 pub fn decode_write(bytes: &[u8]) -> Result<QueuedWrite> {
     let decoded = proto::QueuedWrite::decode(bytes).map_err(garbled)?;
     match decoded.write {
@@ -246,6 +279,52 @@ mod tests {
         let deletes = QueuedWrite::Delete(vec!["a".into(), "b".into()]);
         assert!(matches!(decode_write(&encode_write(&deletes)).unwrap(),
             QueuedWrite::Delete(ids) if ids == ["a", "b"]));
+    }
+
+    #[test]
+    fn an_upsert_cut_into_pieces_keeps_every_document_in_order_each_piece_within_the_bound() {
+        let documents: Vec<SectionedDocument> = (0..40)
+            .map(|i| {
+                let text = "word ".repeat(10 + i * 7);
+                SectionedDocument {
+                    document: DocumentInput {
+                        id: format!("d{i}"),
+                        title: String::new(),
+                        text: text.clone(),
+                        format: DocumentFormat::Plain,
+                        metadata: Default::default(),
+                        sections: None,
+                    },
+                    spans: vec![SectionSpan {
+                        start: 0,
+                        end: text.len(),
+                        heading_path: vec![],
+                    }],
+                    text,
+                }
+            })
+            .collect();
+        let largest = encode_write(&QueuedWrite::Upsert(vec![documents[39].clone()])).len();
+        // The bound keeps a few bytes for the write's envelope.
+        for max in [largest + 16, 1_000, 4_096, 1 << 20] {
+            let Some(pieces) = encode_upsert_pieces(&documents, max) else {
+                assert!(max < largest + 16, "{max}");
+                continue;
+            };
+            assert!(pieces.iter().all(|piece| piece.len() <= max), "{max}");
+            let ids: Vec<String> = pieces
+                .iter()
+                .flat_map(|piece| match decode_write(piece).unwrap() {
+                    QueuedWrite::Upsert(documents) => documents,
+                    QueuedWrite::Delete(_) => panic!("an upsert comes back an upsert"),
+                })
+                .map(|document| document.document.id)
+                .collect();
+            let wanted: Vec<String> = (0..40).map(|i| format!("d{i}")).collect();
+            assert_eq!(ids, wanted, "{max}");
+        }
+        assert!(encode_upsert_pieces(&documents, largest - 1).is_none());
+        assert_eq!(encode_upsert_pieces(&documents, 1 << 20).unwrap().len(), 1);
     }
 
     /// The queue's write hash is of these bytes, and a repeated `write_id` must match it: a

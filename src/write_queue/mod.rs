@@ -59,6 +59,20 @@ pub enum QueuedWrite {
 }
 
 impl QueuedWrite {
+    /// A write as the queue stores it (a replica's work stream carries the same bytes).
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        codec::decode_write(bytes)
+    }
+
+    /// An upsert of `documents` cut into encoded writes of at most `max_bytes` each (in
+    /// order); `None` when one document alone is larger.
+    pub fn encode_upsert_pieces(
+        documents: &[SectionedDocument],
+        max_bytes: usize,
+    ) -> Option<Vec<Vec<u8>>> {
+        codec::encode_upsert_pieces(documents, max_bytes)
+    }
+
     fn kind(&self) -> OperationKind {
         match self {
             Self::Upsert(_) => OperationKind::Upsert,

@@ -30,6 +30,19 @@ impl Replica {
         Self { server, client }
     }
 
+    /// [`Replica::start`] with more `variables` (later ones win).
+    pub async fn start_with(
+        data_dir: &Path,
+        nats: &Nats,
+        variables: &[(&'static str, String)],
+    ) -> Self {
+        let mut all = replica_variables(&nats.url());
+        all.extend_from_slice(variables);
+        let server = binary::start(data_dir, &all);
+        let client = binary::connect(&server.address).await;
+        Self { server, client }
+    }
+
     pub async fn start_ready(data_dir: &Path, nats: &Nats) -> Self {
         let replica = Self::start(data_dir, nats).await;
         replica.until_ready(Duration::from_secs(120)).await;

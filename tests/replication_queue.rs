@@ -1,0 +1,127 @@
+//! The work queue of a replicated deployment (see `replication::work`): real `lathe serve`
+//! replicas (static vectors) and a real `nats-server -js` on loopback.
+//!
+//! - A write without `wait` is acknowledged once queued, with a work token; a replica that runs no
+//!   index worker still gets it applied, by another replica's worker, and reads it with the token.
+//! - Order holds across workers: a queued write that a worker takes only after a newer write of
+//!   the same document was published leaves the newer version in place.
+//! - A write queued for a collection that is deleted, and made again, before a worker takes it is
+//!   dropped: the new collection never shows the old collection's document.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::nats::Nats;
+use common::replica::*;
+use lathe::api::proto;
+use lathe::api::proto::lathe_client::LatheClient;
+use tonic::transport::Channel;
+
+/// Tokens of queued writes start here (see `WriteResponse.consistency_token`).
+const WORK_TOKEN: u64 = 1 << 62;
+
+fn no_worker() -> Vec<(&'static str, String)> {
+    vec![("LATHE_REPLICATION__INDEX_WORKER", "false".into())]
+}
+
+async fn upsert(
+    client: &mut LatheClient<Channel>,
+    collection: &str,
+    documents: Vec<proto::Document>,
+    wait: bool,
+) -> u64 {
+    client
+        .upsert_documents(proto::UpsertDocumentsRequest {
+            collection: collection.into(),
+            documents,
+            wait,
+            write_id: String::new(),
+        })
+        .await
+        .expect("upsert")
+        .into_inner()
+        .consistency_token
+}
+
+/// The text of document `id`'s chunks, read at `token`.
+async fn text_of_document(
+    client: &mut LatheClient<Channel>,
+    collection: &str,
+    id: &str,
+    token: u64,
+) -> String {
+    let mut request = read_at(collection, "document", token);
+    request.token_budget = 32_768;
+    request.filter = Some(proto::Filter {
+        metadata: Vec::new(),
+        doc_ids: vec![id.into()],
+    });
+    let reply = client.retrieve(request).await.expect("retrieve");
+    let chunks = reply.into_inner().chunks;
+    chunks
+        .iter()
+        .map(|c| c.text.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_writes_are_applied_by_any_replicas_worker_in_order_and_never_into_a_new_collection()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    // No worker anywhere yet: what is queued waits.
+    let mut a = Replica::start_with(&dir.path().join("a"), &nats, &no_worker()).await;
+    a.until_ready(Duration::from_secs(120)).await;
+    create(&mut a.client, "docs").await;
+    create(&mut a.client, "doomed").await;
+
+    // Queued: acknowledged with a work token before any worker embedded it.
+    let first = documents(0..10, 60);
+    let queued = upsert(&mut a.client, "docs", first, false).await;
+    assert!(queued >= WORK_TOKEN, "{queued}");
+    let mut old = documents(0..1, 60);
+    old[0].text = "An old version about the spindle.".into();
+    let stale = upsert(&mut a.client, "docs", old, false).await;
+    assert!(stale > queued);
+    // A newer version of doc0, with wait: embedded here and published now, ahead of the queue.
+    let mut new = documents(0..1, 60);
+    new[0].text = "The newest version about the tailstock.".into();
+    let direct = upsert(&mut a.client, "docs", new, true).await;
+    assert!(
+        direct < WORK_TOKEN,
+        "a write with wait answers its log position"
+    );
+    assert_eq!(
+        text_of_document(&mut a.client, "docs", "doc0", direct).await,
+        "The newest version about the tailstock."
+    );
+    // Queued for a collection then deleted and made again.
+    upsert(&mut a.client, "doomed", documents(50..51, 40), false).await;
+    a.client
+        .delete_collection(proto::DeleteCollectionRequest {
+            name: "doomed".into(),
+        })
+        .await
+        .expect("delete collection");
+    create(&mut a.client, "doomed").await;
+    let fresh = upsert(&mut a.client, "doomed", documents(60..61, 40), true).await;
+
+    // Another replica's worker takes the queue; `a` reads every write with its token.
+    let mut b = Replica::start_ready(&dir.path().join("b"), &nats).await;
+    let ids: Vec<String> = (0..10).map(|doc| format!("doc{doc}")).collect();
+    let found = present(&mut a.client, "docs", &ids, queued).await;
+    assert_eq!(found.len(), 10, "{found:?}");
+    // The older queued version lost to the newer direct one, on every replica.
+    for client in [&mut a.client, &mut b.client] {
+        assert_eq!(
+            text_of_document(client, "docs", "doc0", stale).await,
+            "The newest version about the tailstock."
+        );
+        let found = present(client, "doomed", &["doc50".into(), "doc60".into()], fresh).await;
+        assert_eq!(found, BTreeSet::from(["doc60".to_string()]));
+    }
+    b.log_line("a queued write is dropped: its collection was deleted");
+}
