@@ -257,17 +257,28 @@ async fn a_replica_killed_mid_ingest_and_a_new_one_converge_to_the_same_answers(
         )
         .await;
         if start == 6 * BATCH {
-            // Killed while it applies what the writer sends: some batches committed, some not.
-            victim.kill();
-            // The log's head by then (the write's token is the work stream's: see
-            // `replication::work`), at most what the writer has applied once it read the write.
-            token_at_kill = writer
+            // Killed while it applies what the writer sends: what was written so far applied
+            // and committed (it answered at the token), more on its way.
+            victim
                 .client
                 .retrieve(read_at("bulk", "document", token))
                 .await
-                .expect("retrieve")
+                .expect("the victim reads the writes so far");
+            victim.kill();
+            // The log's head after the kill: a delete is published directly, and answers its
+            // log position (the writes' tokens are the work stream's: see `replication::work`).
+            token_at_kill = writer
+                .client
+                .delete_documents(proto::DeleteDocumentsRequest {
+                    collection: "bulk".into(),
+                    ids: vec!["never-written".into()],
+                    wait: false,
+                    write_id: String::new(),
+                })
+                .await
+                .expect("delete")
                 .into_inner()
-                .log_position;
+                .consistency_token;
         }
         if start == 12 * BATCH {
             victim = Replica::start(&dir.path().join("victim"), &nats).await;
@@ -275,7 +286,7 @@ async fn a_replica_killed_mid_ingest_and_a_new_one_converge_to_the_same_answers(
             let from = victim.followed_from();
             assert!(
                 from > 1 && from <= token_at_kill + 1,
-                "resumed from {from}; the log was at {token_at_kill} when it was killed"
+                "resumed from {from}; the log was at {token_at_kill} just after it was killed"
             );
         }
     }

@@ -130,9 +130,13 @@ async fn sigterm_drains_in_flight_requests_refuses_new_ones_and_commits() {
         .await;
     match fresh {
         Err(error) => {
+            // Refused; or reset when the kernel completed the handshake from the listen backlog
+            // just before the socket closed (as below, seen by the connect itself).
             let text = format!("{error:?}");
             assert!(
-                text.contains("ConnectionRefused") || text.contains("Connection refused"),
+                ["ConnectionRefused", "Connection refused", "ConnectionReset"]
+                    .iter()
+                    .any(|refused| text.contains(refused)),
                 "a new connection after SIGTERM must be refused, got {text}"
             );
         }

@@ -175,17 +175,29 @@ impl Replication {
     ) -> Result<u64> {
         self.check_log()?;
         self.work_stream().await?;
-        let mut last = 0;
+        let (total, mut last) = (pieces.len(), 0);
         for (k, piece) in pieces.into_iter().enumerate() {
             let message = PublishMessage::build()
                 .payload(piece.into())
                 .header(INCARNATION_HEADER, incarnation.to_string());
             let id = super::publish::message_id(collection, write_id, &format!("work-{k}"), "");
-            let (sequence, _) = self
+            let sent = self
                 .send(self.subjects.work(collection), with_id(message, id))
                 .await
-                .map_err(PublishFailure::into_error)?;
-            last = last.max(sequence);
+                .map_err(PublishFailure::into_error);
+            match sent {
+                Ok((sequence, _)) => last = last.max(sequence),
+                Err(LatheError::LogUnavailable { url, cause, .. }) if k > 0 => {
+                    return Err(LatheError::LogUnavailable {
+                        url,
+                        cause,
+                        stored: Some(format!(
+                            "{k} of the write's {total} messages were queued and will be applied; send it again (with the same write_id, only the rest is stored)"
+                        )),
+                    })
+                }
+                Err(error) => return Err(error),
+            }
         }
         Ok(WORK_TOKEN + last)
     }

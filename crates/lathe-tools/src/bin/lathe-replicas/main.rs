@@ -17,8 +17,15 @@
 //!    minus their applied position) are sampled every 250 ms; then the time they take to catch up
 //!    once the writer stops.
 //!
+//! 6. **Ingest scaling** (`--ingest`, instead of the above): `--replicas` replicas start empty and
+//!    ready, the corpus is upserted through replica 0 without `wait`, `--ingest-batch` documents a
+//!    call (queued in the work stream; any replica's index worker embeds each write), and the
+//!    clock stops once every replica has applied every write: MB of text per second, and CPU
+//!    seconds per MB of every process (replicas and nats-server). See `ingest`.
+//!
 //! Example: `lathe-replicas --dataset ../shared/eval/squad-a --replicas 3 --clients 8 --seconds 20`
 
+mod ingest;
 mod measure;
 mod processes;
 mod report;
@@ -74,6 +81,15 @@ pub(crate) struct Args {
     /// Measure the build and the bootstraps only (no reads, writes or lag).
     #[arg(long)]
     pub(crate) bootstrap_only: bool,
+    /// Measure ingest scaling only (see the module doc, 6).
+    #[arg(long)]
+    pub(crate) ingest: bool,
+    /// With `--ingest`: replica i is kept to CPU i (modulo the CPUs there are).
+    #[arg(long)]
+    pub(crate) pin: bool,
+    /// Documents per upsert of `--ingest`.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) ingest_batch: usize,
     /// Where the report (results.md) is written.
     #[arg(long, default_value = "bench-out/replicas")]
     pub(crate) out: PathBuf,
@@ -93,6 +109,17 @@ async fn main() -> anyhow::Result<()> {
         models_dir: args.models_dir.clone(),
         dense: args.dense.clone(),
     };
+    if args.ingest {
+        let run = ingest::ingest_scaling(&args, &dataset, &spawner, &nats, work.path()).await?;
+        let text = format!(
+            "| replicas | documents | MB of text | seconds | MB/s | CPU s per MB |\n|---|---|---|---|---|---|\n{}\n",
+            run.render()
+        );
+        println!("{text}");
+        std::fs::create_dir_all(&args.out)?;
+        std::fs::write(args.out.join("ingest.md"), text)?;
+        return Ok(());
+    }
     let mut replicas = vec![
         spawner
             .replica(&work.path().join("r0"), Some(&nats.url))

@@ -15,7 +15,7 @@ use lathe_tools::client::{connect, upload_in_batches};
 use lathe_tools::eval::{percentile, Dataset};
 use lathe_tools::proto;
 
-async fn create(client: &mut lathe_tools::client::Client) -> anyhow::Result<()> {
+pub(crate) async fn create(client: &mut lathe_tools::client::Client) -> anyhow::Result<()> {
     client
         .create_collection(proto::CreateCollectionRequest {
             name: COLLECTION.into(),
@@ -25,7 +25,7 @@ async fn create(client: &mut lathe_tools::client::Client) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn corpus(dataset: &Dataset, copies: usize) -> Vec<proto::Document> {
+pub(crate) fn corpus(dataset: &Dataset, copies: usize) -> Vec<proto::Document> {
     let originals = dataset.proto_documents(false);
     (0..copies.max(1))
         .flat_map(|copy| {

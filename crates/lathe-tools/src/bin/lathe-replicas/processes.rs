@@ -61,6 +61,10 @@ impl NatsProcess {
         })
     }
 
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Messages and bytes of the log's stream.
     pub(crate) async fn stream_state(&self) -> anyhow::Result<(u64, u64)> {
         let client = async_nats::connect(&self.url).await?;
@@ -105,8 +109,21 @@ impl Spawner {
         data_dir: &Path,
         nats: Option<&str>,
     ) -> anyhow::Result<Replica> {
+        self.replica_on(data_dir, nats, None).await
+    }
+
+    /// [`Spawner::replica`], its process kept to CPU `core` when one is given.
+    pub(crate) async fn replica_on(
+        &self,
+        data_dir: &Path,
+        nats: Option<&str>,
+        core: Option<usize>,
+    ) -> anyhow::Result<Replica> {
         let metrics = format!("127.0.0.1:{}", free_port()?);
         let mut command = serve_command(&self.lathe, &self.models_dir, data_dir, &self.dense);
+        if let Some(core) = core {
+            pin(&mut command, core);
+        }
         command
             .env("LATHE_LOG__FILTER", "warn,lathe=info")
             .env("LATHE_SERVER__METRICS_LISTEN", &metrics)
@@ -133,6 +150,10 @@ impl Replica {
     /// The replica's gRPC address.
     pub(crate) fn address(&self) -> &str {
         self.server.addr()
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.server.pid()
     }
 
     /// When its process was spawned.
@@ -208,5 +229,23 @@ fn wait_for_line(
         if line.contains(needle) {
             return Ok(line);
         }
+    }
+}
+
+/// Keeps the command's process to CPU `core` (Linux): every thread it starts, and the thread
+/// counts it derives from the CPUs it may use (`available_parallelism` reads the affinity).
+fn pin(command: &mut Command, core: usize) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure only fills a mask on its stack and makes one
+    // system call, both async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(core, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
