@@ -7,6 +7,8 @@
 //!   the same document was published leaves the newer version in place.
 //! - A write queued for a collection that is deleted, and made again, before a worker takes it is
 //!   dropped: the new collection never shows the old collection's document.
+//! - Past `ingest.max_queued_bytes_total` queued a write is refused whole (RESOURCE_EXHAUSTED),
+//!   reads go on, and writes are taken again once workers drain the queue.
 
 mod common;
 
@@ -99,7 +101,7 @@ async fn queued_writes_are_applied_by_any_replicas_worker_in_order_and_never_int
         "The newest version about the tailstock."
     );
     // Queued for a collection then deleted and made again.
-    upsert(&mut a.client, "doomed", documents(50..51, 40), false).await;
+    let doomed = upsert(&mut a.client, "doomed", documents(50..51, 40), false).await;
     a.client
         .delete_collection(proto::DeleteCollectionRequest {
             name: "doomed".into(),
@@ -107,7 +109,7 @@ async fn queued_writes_are_applied_by_any_replicas_worker_in_order_and_never_int
         .await
         .expect("delete collection");
     create(&mut a.client, "doomed").await;
-    let fresh = upsert(&mut a.client, "doomed", documents(60..61, 40), true).await;
+    upsert(&mut a.client, "doomed", documents(60..61, 40), true).await;
 
     // Another replica's worker takes the queue; `a` reads every write with its token.
     let mut b = Replica::start_ready(&dir.path().join("b"), &nats).await;
@@ -120,8 +122,86 @@ async fn queued_writes_are_applied_by_any_replicas_worker_in_order_and_never_int
             text_of_document(client, "docs", "doc0", stale).await,
             "The newest version about the tailstock."
         );
-        let found = present(client, "doomed", &["doc50".into(), "doc60".into()], fresh).await;
+        // Read once the worker has taken the doomed write (its work token).
+        let found = present(client, "doomed", &["doc50".into(), "doc60".into()], doomed).await;
         assert_eq!(found, BTreeSet::from(["doc60".to_string()]));
     }
     b.log_line("a queued write is dropped: its collection was deleted");
+}
+
+/// Backpressure: past `ingest.max_queued_bytes_total` a write is refused whole with
+/// RESOURCE_EXHAUSTED naming the bound, reads go on, and once workers drain the queue writes are
+/// taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_work_streams_bound_a_write_is_refused_and_reads_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    let mut bounded = no_worker();
+    bounded.push(("LATHE_INGEST__MAX_QUEUED_BYTES", "1048576".into()));
+    bounded.push(("LATHE_INGEST__MAX_QUEUED_BYTES_TOTAL", "1048576".into()));
+    let mut a = Replica::start_with(&dir.path().join("a"), &nats, &bounded).await;
+    a.until_ready(Duration::from_secs(120)).await;
+    create(&mut a.client, "docs").await;
+    let mut accepted = 0;
+    let refused = loop {
+        let reply = a
+            .client
+            .upsert_documents(proto::UpsertDocumentsRequest {
+                collection: "docs".into(),
+                documents: documents(accepted..accepted + 1, 8_000),
+                wait: false,
+                write_id: String::new(),
+            })
+            .await;
+        match reply {
+            Ok(_) => accepted += 1,
+            Err(status) => break status,
+        }
+        assert!(accepted < 40, "1 MiB of writes queued and none refused");
+    };
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("ingest.max_queued_bytes_total")
+            && refused.message().contains("nothing was stored"),
+        "{refused:?}"
+    );
+    assert!(
+        accepted >= 8,
+        "only {accepted} writes of about 60 KB queued"
+    );
+    a.client
+        .retrieve(read_at("docs", "document", 0))
+        .await
+        .expect("reads go on");
+    // A worker drains the queue; the writes queued are applied, and a write is taken again.
+    let _b = Replica::start_ready(&dir.path().join("b"), &nats).await;
+    let started = std::time::Instant::now();
+    let token = loop {
+        let reply = a
+            .client
+            .upsert_documents(proto::UpsertDocumentsRequest {
+                collection: "docs".into(),
+                documents: documents(100..101, 20),
+                wait: false,
+                write_id: String::new(),
+            })
+            .await;
+        match reply {
+            Ok(reply) => break reply.into_inner().consistency_token,
+            // As a client does with the refusal's retry delay, sooner.
+            Err(status) if status.code() == tonic::Code::ResourceExhausted => {
+                assert!(started.elapsed() < Duration::from_secs(60), "never drained");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    };
+    let mut ids: Vec<String> = (0..accepted).map(|doc| format!("doc{doc}")).collect();
+    ids.push("doc100".into());
+    let found = present(&mut a.client, "docs", &ids, token).await;
+    assert_eq!(found.len(), accepted + 1, "{found:?}");
 }

@@ -59,6 +59,9 @@ const PULL_WAIT: Duration = Duration::from_secs(2);
 /// Publications of one stamped version retried after another version was stored meanwhile.
 const STAMPED_ATTEMPTS: usize = 8;
 
+/// The retry delay a write refused past the work stream's bound is given.
+const QUEUE_FULL_RETRY: Duration = Duration::from_secs(5);
+
 /// How often a read waiting for a work token looks at the work stream again.
 const WORK_POLL: Duration = Duration::from_millis(50);
 
@@ -166,15 +169,37 @@ impl Replication {
     /// answers its token once JetStream stored every piece. With a `write_id`, each piece carries
     /// a message id derived from it: the same write sent again within the dedupe window is
     /// stored once, and answers the first one's token.
+    /// Past `limit` bytes queued in all (`ingest.max_queued_bytes_total`; 0: none), the write
+    /// is refused whole with [`LatheError::QueueFull`] and nothing is stored.
     pub async fn queue_write(
         &self,
         collection: &str,
         incarnation: u64,
         pieces: Vec<Vec<u8>>,
         write_id: &str,
+        limit: u64,
     ) -> Result<u64> {
         self.check_log()?;
-        self.work_stream().await?;
+        let work = self.work_stream().await?;
+        if limit > 0 {
+            let bytes = pieces.iter().map(|piece| piece.len() as u64).sum::<u64>();
+            let queued = work
+                .get_info()
+                .await
+                .map_err(|e| log_unavailable(self.url(), e))?
+                .state
+                .bytes;
+            if queued + bytes > limit {
+                return Err(LatheError::QueueFull {
+                    scope: format!("the work stream `{}`", work.cached_info().config.name),
+                    queued,
+                    bytes,
+                    limit,
+                    field: "max_queued_bytes_total",
+                    retry_after: QUEUE_FULL_RETRY,
+                });
+            }
+        }
         let (total, mut last) = (pieces.len(), 0);
         for (k, piece) in pieces.into_iter().enumerate() {
             let message = PublishMessage::build()

@@ -52,7 +52,13 @@ impl Engine {
             match pieces {
                 (Some(pieces), _) => {
                     let token = replication
-                        .queue_write(&collection.name, incarnation, pieces, &options.write_id)
+                        .queue_write(
+                            &collection.name,
+                            incarnation,
+                            pieces,
+                            &options.write_id,
+                            self.config.ingest.max_queued_bytes_total,
+                        )
                         .await?;
                     return Ok(WriteOutcome {
                         documents,
