@@ -201,6 +201,10 @@ pub struct ReplicationMetrics {
     /// created here), `earlier_incarnation`, `already_applied`, `not_replicated` (a collection
     /// created before replication was on), `collection_unavailable` (damaged or offline here).
     pub entries: IntCounterVec,
+    /// The work stream of queued writes: messages, bytes, and the age of the oldest.
+    pub work_messages: IntGauge,
+    pub work_bytes: IntGauge,
+    pub work_oldest_seconds: prometheus::Gauge,
 }
 
 impl ReplicationMetrics {
@@ -222,6 +226,22 @@ impl ReplicationMetrics {
                 prometheus::Gauge::new(
                     "replication_lag_seconds",
                     "How far behind this replica may be: the age of the oldest log entry it has not applied, else since it last read the log's head",
+                )
+                .expect("static metric"),
+            ),
+            work_messages: int_gauge(
+                "replication_work_queue_messages",
+                "Writes queued in the work stream, not yet embedded and published to the log (each message up to 128 KiB of documents), when last read",
+            ),
+            work_bytes: int_gauge(
+                "replication_work_queue_bytes",
+                "Bytes of writes queued in the work stream, when last read",
+            ),
+            work_oldest_seconds: register(
+                registry,
+                prometheus::Gauge::new(
+                    "replication_work_queue_oldest_seconds",
+                    "Age of the oldest write queued in the work stream (0 when none waits)",
                 )
                 .expect("static metric"),
             ),

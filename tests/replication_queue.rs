@@ -177,6 +177,11 @@ async fn past_the_work_streams_bound_a_write_is_refused_and_reads_go_on() {
         .retrieve(read_at("docs", "document", 0))
         .await
         .expect("reads go on");
+    // The queue's depth, as the watch reads it every 2 s.
+    let depth = until_metric(&a, "lathe_replication_work_queue_messages", |m| m > 0.0).await;
+    assert_eq!(depth, accepted as f64);
+    assert!(metric(&a, "lathe_replication_work_queue_bytes") > 1e6 * 0.5);
+    assert!(metric(&a, "lathe_replication_work_queue_oldest_seconds") > 0.0);
     // A worker drains the queue; the writes queued are applied, and a write is taken again.
     let _b = Replica::start_ready(&dir.path().join("b"), &nats).await;
     let started = std::time::Instant::now();
@@ -204,4 +209,38 @@ async fn past_the_work_streams_bound_a_write_is_refused_and_reads_go_on() {
     ids.push("doc100".into());
     let found = present(&mut a.client, "docs", &ids, token).await;
     assert_eq!(found.len(), accepted + 1, "{found:?}");
+    until_metric(&a, "lathe_replication_work_queue_messages", |m| m == 0.0).await;
+    assert_eq!(
+        metric(&a, "lathe_replication_work_queue_oldest_seconds"),
+        0.0
+    );
+}
+
+fn metric(replica: &Replica, name: &str) -> f64 {
+    let body = common::binary::scrape_metrics(&replica.server.metrics_address);
+    body.lines()
+        .find_map(|line| {
+            line.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no {name} in\n{body}"))
+}
+
+/// `name`'s value once `wanted` holds for it (within 20 s).
+async fn until_metric(replica: &Replica, name: &str, wanted: impl Fn(f64) -> bool) -> f64 {
+    let started = std::time::Instant::now();
+    loop {
+        let value = metric(replica, name);
+        if wanted(value) {
+            return value;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{name} stays {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

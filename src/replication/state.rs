@@ -37,6 +37,17 @@ pub struct Progress {
     /// The failure an apply is being retried after (a full disk, an index that cannot be
     /// written); cleared by the next applied batch.
     pub retrying: Option<String>,
+    /// The work stream of queued writes (see `work`), when last read by the watch.
+    pub work: WorkDepth,
+}
+
+/// Writes queued in the work stream, not yet embedded and published (see `work`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkDepth {
+    pub messages: u64,
+    pub bytes: u64,
+    /// When the oldest queued message was stored (`None` when none waits).
+    pub oldest: Option<SystemTime>,
 }
 
 impl Progress {

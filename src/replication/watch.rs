@@ -255,6 +255,7 @@ impl Replication {
             if self.check_connected().is_ok() {
                 // Bounded, so that a log that stops answering cannot hold the watch up.
                 let _ = tokio::time::timeout(interval, self.look(applied_before)).await;
+                let _ = tokio::time::timeout(interval, self.look_at_work()).await;
             }
             applied_before = Some(progress.applied);
         }

@@ -34,6 +34,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::publish::PublishFailure;
+use super::state::WorkDepth;
 use super::{log_unavailable, Replication};
 use crate::error::{LatheError, Result};
 
@@ -302,6 +303,23 @@ impl Replication {
             delivered,
             message,
         }))
+    }
+
+    /// Reads the work stream's depth into the replica's progress (its metrics), once the
+    /// stream has been reached.
+    pub(super) async fn look_at_work(&self) {
+        let Some(work) = self.work.get() else {
+            return;
+        };
+        let Ok(info) = work.get_info().await else {
+            return;
+        };
+        let depth = WorkDepth {
+            messages: info.state.messages,
+            bytes: info.state.bytes,
+            oldest: (info.state.messages > 0).then(|| info.state.first_timestamp.into()),
+        };
+        self.state.update(|progress| progress.work = depth);
     }
 
     /// Waits until the write of work token `token` (and every write queued before it) is

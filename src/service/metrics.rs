@@ -23,6 +23,13 @@ impl Engine {
             .set(progress.lag(std::time::SystemTime::now()).as_secs_f64());
         metrics.stopped.set(i64::from(progress.stopped.is_some()));
         metrics.log_lost.set(i64::from(progress.lost.is_some()));
+        let work = progress.work;
+        metrics.work_messages.set(work.messages as i64);
+        metrics.work_bytes.set(work.bytes as i64);
+        let oldest = work.oldest.map_or(0.0, |stored| {
+            stored.elapsed().unwrap_or_default().as_secs_f64()
+        });
+        metrics.work_oldest_seconds.set(oldest);
         metrics.retrying.set(i64::from(progress.retrying.is_some()));
     }
 
