@@ -244,3 +244,44 @@ async fn until_metric(replica: &Replica, name: &str, wanted: impl Fn(f64) -> boo
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A write queued before the log is lost and taken only after an operator re-seeded it: the
+/// recovered log made the collection again (another incarnation), and the write is applied to
+/// it, not dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_queued_before_the_log_was_lost_is_applied_once_it_is_reseeded() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(dir.path(), None);
+    let mut a = Replica::start_with(&dir.path().join("a"), &nats, &no_worker()).await;
+    a.until_ready(Duration::from_secs(120)).await;
+    // A collection made and deleted first: `c`'s position in the recovered log is not the one
+    // it had in the lost log.
+    create(&mut a.client, "gone").await;
+    a.client
+        .delete_collection(proto::DeleteCollectionRequest {
+            name: "gone".into(),
+        })
+        .await
+        .expect("delete collection");
+    create(&mut a.client, "c").await;
+    let first = upsert(&mut a.client, "c", documents(0..1, 40), true).await;
+    let queued = upsert(&mut a.client, "c", documents(1..3, 40), false).await;
+    assert!(first < WORK_TOKEN && queued >= WORK_TOKEN);
+
+    let client = async_nats::connect(nats.url()).await.expect("connect");
+    async_nats::jetstream::new(client)
+        .delete_stream("LATHE")
+        .await
+        .expect("delete the log");
+    until_lost(&a).await;
+    let (ok, output) = replicas_command(&a.server.address, &["reseed", "--stream", "LATHE"]).await;
+    assert!(ok, "{output}");
+
+    // Only now a worker: the write it takes names the lost log.
+    let mut b = Replica::start_ready(&dir.path().join("b"), &nats).await;
+    let ids: Vec<String> = (0..3).map(|doc| format!("doc{doc}")).collect();
+    for client in [&mut a.client, &mut b.client] {
+        let found = present(client, "c", &ids, queued).await;
+        assert_eq!(found.len(), 3, "{found:?}");
+    }
+}

@@ -24,30 +24,6 @@ fn ids(range: std::ops::Range<usize>) -> Vec<String> {
     range.map(|doc| format!("doc{doc}")).collect()
 }
 
-/// Runs `lathe replicas ARGS --addr ADDRESS`; its exit status and output.
-async fn replicas_command(address: &str, args: &[&str]) -> (bool, String) {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_lathe"));
-    command
-        .arg("replicas")
-        .args(args)
-        .args(["--addr", address, "--wait-seconds", "120"]);
-    let output = tokio::task::spawn_blocking(move || command.output().expect("run lathe replicas"))
-        .await
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.success(), text)
-}
-
-async fn until_lost(replica: &Replica) {
-    let line = replica.log_line("is lost");
-    assert!(line.contains("ERROR"), "{line}");
-    assert_eq!(replica.health().await, ServingStatus::NotServing);
-}
-
 async fn until_serving(replica: &Replica, limit: Duration) -> Duration {
     let started = Instant::now();
     while replica.health().await != ServingStatus::Serving {

@@ -17,6 +17,11 @@
 //! newer one publishes nothing for that document. So the log always keeps the newest write of
 //! every document, whichever worker finishes last.
 //!
+//! **Collections and logs.** A work message names the collection's incarnation and the log (its
+//! incarnation id) it was accepted under. A worker drops a write whose collection is gone, or
+//! made again, in the same log; after a recovery (another log) it applies the write to the
+//! collection of its name in the recovered log, once it has applied that log so far.
+//!
 //! **Tokens.** A queued write's consistency token is [`WORK_TOKEN`] + its work sequence. A read
 //! carrying one waits until the work stream holds no message up to that sequence (every write
 //! queued until then was published to the log), then until this replica has applied the log as
@@ -46,6 +51,9 @@ pub(super) const STAMP_HEADER: &str = "Lathe-Stamp";
 
 /// The header of a work message naming the collection's incarnation it was accepted for.
 const INCARNATION_HEADER: &str = "Lathe-Incarnation";
+
+/// The header of a work message naming the log it was accepted under (its incarnation id).
+const LOG_HEADER: &str = "Lathe-Log";
 
 /// The durable consumer every replica's index worker pulls from.
 const WORKERS: &str = "lathe-index-workers";
@@ -97,6 +105,8 @@ pub struct WorkItem {
     pub collection: String,
     /// The collection's incarnation (log position of its creation) the write was accepted for.
     pub incarnation: u64,
+    /// The log it was accepted under (its incarnation id), when known then.
+    pub log: Option<String>,
     pub stamp: Stamp,
     pub payload: Bytes,
     /// How many times JetStream delivered it (1 the first time).
@@ -203,9 +213,12 @@ impl Replication {
         }
         let (total, mut last) = (pieces.len(), 0);
         for (k, piece) in pieces.into_iter().enumerate() {
-            let message = PublishMessage::build()
+            let mut message = PublishMessage::build()
                 .payload(piece.into())
                 .header(INCARNATION_HEADER, incarnation.to_string());
+            if let Some(log) = self.log_incarnation() {
+                message = message.header(LOG_HEADER, log);
+            }
             let id = super::publish::message_id(collection, write_id, &format!("work-{k}"), "");
             let sent = self
                 .send(self.subjects.work(collection), with_id(message, id))
@@ -289,20 +302,31 @@ impl Replication {
             .strip_prefix(&consumer.collection_of)
             .unwrap_or_default()
             .to_string();
-        let incarnation = message
-            .headers
-            .as_ref()
-            .and_then(|headers| headers.get(INCARNATION_HEADER))
-            .and_then(|value| value.as_str().parse().ok())
+        let header = |name: &str| {
+            let headers = message.headers.as_ref()?;
+            Some(headers.get(name)?.as_str().to_string())
+        };
+        let incarnation = header(INCARNATION_HEADER)
+            .and_then(|value| value.parse().ok())
             .unwrap_or(0);
+        let log = header(LOG_HEADER);
         Ok(Some(WorkItem {
             collection,
             incarnation,
+            log,
             stamp: self.stamp_of(sequence).await?,
             payload: message.payload.clone(),
             delivered,
             message,
         }))
+    }
+
+    /// The incarnation id of the log this replica follows, once its apply loop has checked it.
+    pub fn log_incarnation(&self) -> Option<String> {
+        let identity = self.identity.lock().unwrap_or_else(|p| p.into_inner());
+        identity
+            .as_ref()
+            .map(|identity| identity.incarnation.clone())
     }
 
     /// Reads the work stream's depth into the replica's progress (its metrics), once the
@@ -341,6 +365,11 @@ impl Replication {
                 Ok(_) => tokio::time::sleep(WORK_POLL).await,
             }
         }
+        self.wait_head_applied().await
+    }
+
+    /// Waits until this replica has applied the log as far as its last entry now.
+    pub async fn wait_head_applied(&self) -> Result<()> {
         let stream = self.stream().await?;
         let head = match stream
             .get_last_raw_message_by_subject(&self.subjects.log_filter())

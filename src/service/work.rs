@@ -260,12 +260,26 @@ impl IndexWorker {
     async fn apply(&self, item: &WorkItem) -> std::result::Result<(), Failure> {
         let write = QueuedWrite::decode(&item.payload)
             .map_err(|error| Failure::Drop(format!("it cannot be read: {error}")))?;
-        // The collection as the write found it: created here once the log is applied so far.
-        self.replication
-            .state()
-            .wait_applied(item.incarnation)
-            .await
-            .map_err(Failure::Retry)?;
+        // A write queued before the log was lost and recovered: the recovered log made every
+        // collection again (new incarnations), so it goes to the collection of its name there.
+        let Some(log) = self.replication.log_incarnation() else {
+            return Err(Failure::Retry(LatheError::Unavailable(
+                "this replica has not read its log yet".into(),
+            )));
+        };
+        let recovered_since = item.log.as_ref().is_some_and(|then| *then != log);
+        // The collection as the write found it: created here once the log is applied so far
+        // (after a recovery, as far as the recovered log goes now).
+        let applied = match recovered_since {
+            false => {
+                self.replication
+                    .state()
+                    .wait_applied(item.incarnation)
+                    .await
+            }
+            true => self.replication.wait_head_applied().await,
+        };
+        applied.map_err(Failure::Retry)?;
         let collection = match open_collection(&self.catalog, &item.collection).await {
             Ok(collection) => collection,
             Err(LatheError::CollectionNotFound { .. }) => {
@@ -273,7 +287,7 @@ impl IndexWorker {
             }
             Err(error) => return Err(Failure::Retry(error)),
         };
-        if collection.settings.log_created != Some(item.incarnation) {
+        if collection.settings.log_created != Some(item.incarnation) && !recovered_since {
             return Err(Failure::Drop(
                 "its collection was deleted, and made again, since".into(),
             ));

@@ -252,3 +252,28 @@ pub async fn assert_write_refused(client: &mut LatheClient<Channel>, cause: &str
         "{status:?}"
     );
 }
+
+/// Runs `lathe replicas ARGS --addr ADDRESS`; its exit status and output.
+pub async fn replicas_command(address: &str, args: &[&str]) -> (bool, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_lathe"));
+    command
+        .arg("replicas")
+        .args(args)
+        .args(["--addr", address, "--wait-seconds", "120"]);
+    let output = tokio::task::spawn_blocking(move || command.output().expect("run lathe replicas"))
+        .await
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+/// Waits until `replica` says its log is lost (an ERROR, NOT_SERVING).
+pub async fn until_lost(replica: &Replica) {
+    let line = replica.log_line("is lost");
+    assert!(line.contains("ERROR"), "{line}");
+    assert_eq!(replica.health().await, ServingStatus::NotServing);
+}
