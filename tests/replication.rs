@@ -162,18 +162,7 @@ async fn writes_go_to_any_replica_and_every_replica_answers_them_alike() {
     let from_a = write(&mut replicas[0].client, "docs", documents(20..30, 60)).await;
     create(&mut replicas[2].client, "more").await;
     let more = write(&mut replicas[1].client, "more", documents(0..5, 40)).await;
-    let deleted = replicas[0]
-        .client
-        .delete_documents(proto::DeleteDocumentsRequest {
-            collection: "more".into(),
-            ids: vec!["doc3".into()],
-            wait: false,
-            write_id: String::new(),
-        })
-        .await
-        .expect("delete")
-        .into_inner()
-        .consistency_token;
+    let deleted = delete(&mut replicas[0].client, "more", &["doc3"]).await;
     // Writes without `wait` are queued (their tokens grow with the work stream); the large
     // version (over one work message) and the delete are published directly.
     assert!(from_b >= WORK_TOKEN && from_a > from_b && more > from_a);
@@ -267,18 +256,7 @@ async fn a_replica_killed_mid_ingest_and_a_new_one_converge_to_the_same_answers(
             victim.kill();
             // The log's head after the kill: a delete is published directly, and answers its
             // log position (the writes' tokens are the work stream's: see `replication::work`).
-            token_at_kill = writer
-                .client
-                .delete_documents(proto::DeleteDocumentsRequest {
-                    collection: "bulk".into(),
-                    ids: vec!["never-written".into()],
-                    wait: false,
-                    write_id: String::new(),
-                })
-                .await
-                .expect("delete")
-                .into_inner()
-                .consistency_token;
+            token_at_kill = delete(&mut writer.client, "bulk", &["never-written"]).await;
         }
         if start == 12 * BATCH {
             victim = Replica::start(&dir.path().join("victim"), &nats).await;

@@ -205,6 +205,22 @@ pub async fn write(
     reply.consistency_token
 }
 
+/// Deletes documents `ids` without `wait`; the delete's token (a replica publishes a delete
+/// directly: its log position).
+pub async fn delete(client: &mut LatheClient<Channel>, collection: &str, ids: &[&str]) -> u64 {
+    client
+        .delete_documents(proto::DeleteDocumentsRequest {
+            collection: collection.into(),
+            ids: ids.iter().map(|id| id.to_string()).collect(),
+            wait: false,
+            write_id: String::new(),
+        })
+        .await
+        .expect("delete")
+        .into_inner()
+        .consistency_token
+}
+
 /// A Retrieve of `query` read at `token`.
 pub fn read_at(collection: &str, query: &str, token: u64) -> proto::RetrieveRequest {
     proto::RetrieveRequest {

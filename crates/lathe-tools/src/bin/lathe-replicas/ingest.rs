@@ -14,7 +14,7 @@ use lathe_tools::eval::Dataset;
 use lathe_tools::proc_status::cpu_seconds;
 use lathe_tools::proto;
 
-use crate::measure::{corpus, create};
+use crate::measure::{corpus, create, stats};
 use crate::processes::{NatsProcess, Replica, Spawner};
 use crate::{Args, COLLECTION};
 
@@ -110,15 +110,7 @@ pub(crate) async fn ingest_scaling(
         .iter()
         .map(|&pid| cpu_seconds(pid))
         .sum::<anyhow::Result<f64>>()?;
-    let stats = replicas[0]
-        .client
-        .get_collection(proto::GetCollectionRequest {
-            name: COLLECTION.into(),
-        })
-        .await?
-        .into_inner()
-        .stats
-        .context("no stats")?;
+    let stats = stats(&mut replicas[0].client).await?;
     anyhow::ensure!(
         stats.documents == count as u64,
         "{} documents applied of {count}",

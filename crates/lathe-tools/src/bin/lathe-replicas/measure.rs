@@ -52,17 +52,23 @@ pub(crate) async fn build(
     let started = Instant::now();
     upload_in_batches(&mut writer.client, COLLECTION, documents, 16).await?;
     report.build = started.elapsed();
-    let stats = writer
-        .client
+    let stats = stats(&mut writer.client).await?;
+    (report.documents, report.sections) = (stats.documents, stats.sections);
+    Ok(())
+}
+
+/// The benchmark collection's statistics on the replica of `client`.
+pub(crate) async fn stats(
+    client: &mut lathe_tools::client::Client,
+) -> anyhow::Result<proto::CollectionStats> {
+    client
         .get_collection(proto::GetCollectionRequest {
             name: COLLECTION.into(),
         })
         .await?
         .into_inner()
         .stats
-        .context("no stats")?;
-    (report.documents, report.sections) = (stats.documents, stats.sections);
-    Ok(())
+        .context("no stats")
 }
 
 #[derive(Default)]
