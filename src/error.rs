@@ -52,6 +52,15 @@ pub enum LatheError {
         write_id: String,
         waited: std::time::Duration,
     },
+    /// On a replica, a write with `wait` the log stored but this replica did not apply within the
+    /// call's deadline: it will be applied, on every replica.
+    #[error("the write to collection `{collection}` is stored in the write log (consistency token {token}) and will be applied on every replica, but was not visible on this one within the call's deadline ({} ms); read it with that consistency_token{}", .waited.as_millis(), retry_hint(.write_id))]
+    WriteStored {
+        collection: String,
+        token: u64,
+        write_id: String,
+        waited: std::time::Duration,
+    },
     /// The write queue is at its bound: the write was not stored; retry after `retry_after`.
     #[error("{scope} holds {queued} bytes of writes waiting to be applied, and this write's {bytes} bytes would pass its limit of {limit} (ingest.{field}); nothing was stored: retry in {} s", .retry_after.as_secs())]
     QueueFull {

@@ -524,6 +524,32 @@ async fn a_replica_whose_disk_fills_stops_vouching_and_catches_up_by_itself_once
     assert_eq!(a.health().await, ServingStatus::Serving);
     token = token.max(write(&mut a.client, "c", documents(written..written + 5, 20)).await);
     written += 5;
+    // A write with `wait` to the replica that cannot apply: stored in the log, not visible there
+    // within its deadline, and the answer says so with the token to read it at.
+    let mut request = tonic::Request::new(proto::UpsertDocumentsRequest {
+        collection: "c".into(),
+        documents: documents(written..written + 1, 20),
+        wait: true,
+        write_id: "on-the-full-disk".into(),
+    });
+    request.set_timeout(Duration::from_secs(3));
+    let stored = b
+        .client
+        .upsert_documents(request)
+        .await
+        .expect_err("not visible on a replica that cannot apply");
+    written += 1;
+    assert_eq!(stored.code(), tonic::Code::DeadlineExceeded, "{stored:?}");
+    assert!(
+        stored.message().contains("is stored in the write log")
+            && stored.message().contains("on-the-full-disk"),
+        "{stored:?}"
+    );
+    let details = tonic_types::StatusExt::get_error_details(&stored);
+    let info = details.error_info().expect("an ErrorInfo");
+    assert_eq!(info.reason, "WRITE_STORED");
+    let stored_at: u64 = info.metadata["consistency_token"].parse().unwrap();
+    token = token.max(stored_at);
 
     // Room again: B applies what waited, by itself, and vouches again.
     disk.remount("size=512m");

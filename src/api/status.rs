@@ -53,6 +53,20 @@ fn error_details(error: &LatheError) -> Option<ErrorDetails> {
                 ("write_id".to_string(), write_id.clone()),
             ],
         )),
+        LatheError::WriteStored {
+            collection,
+            token,
+            write_id,
+            ..
+        } => Some(ErrorDetails::with_error_info(
+            "WRITE_STORED",
+            ERROR_DOMAIN,
+            [
+                ("consistency_token".to_string(), token.to_string()),
+                ("collection".to_string(), collection.clone()),
+                ("write_id".to_string(), write_id.clone()),
+            ],
+        )),
         LatheError::QueueFull { retry_after, .. } => {
             let mut details = ErrorDetails::with_retry_info(Some(*retry_after));
             details.set_error_info("WRITE_QUEUE_FULL", ERROR_DOMAIN, []);
@@ -73,7 +87,7 @@ fn code_of(error: &LatheError) -> Code {
         LatheError::TooLarge { .. } => Code::ResourceExhausted,
         LatheError::Overloaded(_) => Code::ResourceExhausted,
         // The write is stored and will be applied; the wait for it ran out.
-        LatheError::WriteQueued { .. } => Code::DeadlineExceeded,
+        LatheError::WriteQueued { .. } | LatheError::WriteStored { .. } => Code::DeadlineExceeded,
         LatheError::QueueFull { .. } => Code::ResourceExhausted,
         LatheError::Unauthenticated(_) => Code::Unauthenticated,
         LatheError::PermissionDenied(_) => Code::PermissionDenied,

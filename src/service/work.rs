@@ -104,7 +104,7 @@ impl Engine {
                 Some(stamp),
             )
             .await?;
-        self.after_publish(&collection, token, options.wait, outcome)
+        self.after_publish(&collection, token, &options, outcome)
             .await
     }
 

@@ -78,7 +78,7 @@ impl Engine {
                 ..WriteOutcome::default()
             };
             return self
-                .after_publish(&collection, token, options.wait, outcome)
+                .after_publish(&collection, token, &options, outcome)
                 .await;
         }
         self.enqueue(&collection.name, QueuedWrite::Delete(ids), options)
@@ -224,20 +224,35 @@ impl Engine {
     }
 
     /// The outcome of a write the log stored at `token`: with `wait`, once this replica applied
-    /// it, with the generation that shows it.
+    /// it, with the generation that shows it; past `options.wait_until`,
+    /// [`LatheError::WriteStored`] with the token.
     pub(super) async fn after_publish(
         &self,
         collection: &super::Collection,
         token: u64,
-        wait: bool,
+        options: &WriteOptions,
         outcome: WriteOutcome,
     ) -> Result<WriteOutcome> {
         let mut outcome = WriteOutcome {
             consistency_token: token,
             ..outcome
         };
-        if wait {
-            self.wait_for_token(&collection.name, token).await?;
+        if options.wait {
+            let started = Instant::now();
+            let wait = self.wait_for_token(&collection.name, token);
+            let waited = match options.wait_until {
+                Some(until) => tokio::time::timeout_at(until.into(), wait).await,
+                None => Ok(wait.await),
+            };
+            let Ok(waited) = waited else {
+                return Err(LatheError::WriteStored {
+                    collection: collection.name.clone(),
+                    token,
+                    write_id: options.write_id.clone(),
+                    waited: started.elapsed(),
+                });
+            };
+            waited?;
             outcome.generation = collection.index.snapshot().generation;
         }
         Ok(outcome)
