@@ -87,8 +87,11 @@ isolation)
   $BIN ops --addr 127.0.0.1:50084 -c during --limit 1000 > $out/during-ops.txt
   applied=$(op_megabytes done < $out/during-ops.txt)
   wait $ing
-  echo "ingest alone: $t_alone s for $total MB; ingest during reads: $(cat $out/during-ingest.txt) s in all," \
-    "$applied MB applied in the first $overlap s (while the readers ran): $(awk -v a=$applied -v o=$overlap -v t=$total -v s=$t_alone 'BEGIN { printf "%.3f", (a / o) / (t / s) }')x the rate alone"
+  # Its rate while the readers ran: what it applied over the time it ran beside them (all of its
+  # own time when it ended before they did).
+  t_during=$(cat $out/during-ingest.txt)
+  echo "ingest alone: $t_alone s for $total MB; ingest during reads: $t_during s in all," \
+    "$applied MB applied in the first $overlap s (while the readers ran): $(awk -v a=$applied -v o=$overlap -v d=$t_during -v t=$total -v s=$t_alone 'BEGIN { if (d < o) o = d; printf "%.3f", (a / o) / (t / s) }')x the rate alone"
   echo "--- idle"; cat $out/idle.txt; echo "--- during"; cat $out/during.txt
   stop $WORK/iso;;
 esac

@@ -108,7 +108,10 @@ pub(super) fn open_sessions(
                     (0, 2..) => config.ingest_session_nice,
                     _ => 0,
                 };
-                open_session_at(environment, config, model_path, nice)
+                // The queries' own session (beside an ingest session) does not spin between
+                // runs: its idle threads would take the CPU the niced ingest could use.
+                let spin = !(index > 0 && count >= 2);
+                open_session_at(environment, config, model_path, nice, spin)
                     .map(Mutex::new)
                     .map_err(|error| model_error(config, &error))
             })
@@ -152,15 +155,16 @@ fn open_session_at(
     config: &MiniLmConfig,
     model_path: &Path,
     nice: i32,
+    spin: bool,
 ) -> ort::Result<Session> {
     if nice <= 0 {
-        return open_session(environment, config, model_path);
+        return open_session(environment, config, model_path, spin);
     }
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
                 crate::cpu_pool::lower_priority(nice);
-                open_session(environment, config, model_path)
+                open_session(environment, config, model_path, spin)
             })
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -171,8 +175,13 @@ fn open_session(
     environment: &Environment,
     config: &MiniLmConfig,
     model_path: &Path,
+    spin: bool,
 ) -> ort::Result<Session> {
     Session::builder(environment)?
+        .with_config_entry(
+            "session.intra_op.allow_spinning",
+            if spin { "1" } else { "0" },
+        )?
         .with_memory_pattern(config.memory_arena)?
         .with_execution_providers([ort::ep::CPU::default()
             .with_arena_allocator(config.memory_arena)
