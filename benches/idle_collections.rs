@@ -180,6 +180,19 @@ fn usage(pid: u32) -> Usage {
     }
 }
 
+/// CPU seconds the process has used, user and system (`/proc/PID/stat`, fields 14 and 15).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc stat");
+    // The command name, in parentheses, may hold spaces: count fields after its end.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("(comm)") + 2..]
+        .split_whitespace()
+        .collect();
+    let ticks: f64 =
+        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
+    // SAFETY: sysconf reads a constant of the system.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
 /// Five samples one second apart after `settle`; the median of each figure.
 fn idle_usage(pid: u32, settle: Duration) -> Usage {
     std::thread::sleep(settle);
@@ -390,12 +403,15 @@ async fn main() {
     if !options.reuse {
         let client = connect(&server.address).await;
         let created = Instant::now();
+        let cpu_before = cpu_seconds(server.child.id());
         create_all(&client, options.collections).await;
         let creating = created.elapsed().as_secs_f64();
+        let cpu = cpu_seconds(server.child.id()) - cpu_before;
         println!(
-            "created {} collections in {creating:.1} s ({:.0} a second, each with its document)",
+            "created {} collections in {creating:.1} s ({:.0} a second, each with its document); server CPU {:.2} ms a collection",
             options.collections,
-            options.collections as f64 / creating
+            options.collections as f64 / creating,
+            cpu * 1e3 / options.collections as f64
         );
         report("just after the writes", usage(server.child.id()));
         report(

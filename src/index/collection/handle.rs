@@ -137,6 +137,7 @@ impl CollectionIndex {
             index,
             settings: settings.clone(),
             writer: None,
+            first_write: None,
             reader,
             fields,
             snapshot: Arc::clone(&snapshot),

@@ -3,12 +3,13 @@
 //!
 //! Files import one way, bottom up: `records`, `stems` → `schema` → `section_document`;
 //! `store_reads` → `storage` → `integrity`; `snapshot` (the [`Snapshot`]) → `top_k` (BM25's
-//! top-k across segments); `snapshot` → `dense_upkeep` → `writer` (over `writer_pool`) →
+//! top-k across segments); `snapshot` → `dense_upkeep`, `first_segment` → `writer` (over `writer_pool`) →
 //! `handle` (the [`CollectionIndex`] and its open) → `reader` and `inspect` (more methods of
 //! [`CollectionIndex`]). Nothing imports what imports it.
 
 mod backup;
 mod dense_upkeep;
+mod first_segment;
 mod handle;
 mod inspect;
 pub mod integrity;

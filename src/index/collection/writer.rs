@@ -17,6 +17,7 @@ use tantivy::{Index, IndexReader, IndexWriter, Term};
 use tokio::sync::oneshot;
 
 use super::dense_upkeep::DenseUpkeep;
+use super::first_segment::FirstWrite;
 use super::records::WriteOp;
 use super::schema::SectionFields;
 use super::section_document::section_documents;
@@ -78,6 +79,9 @@ pub struct CollectionWriter {
     pub(super) settings: WriterSettings,
     /// Open only while the collection is being written (and holds a pool permit meanwhile).
     pub(super) writer: Option<IndexWriter>,
+    /// An empty collection's first write, held uncommitted without an `IndexWriter` (see
+    /// [`FirstWrite`]).
+    pub(super) first_write: Option<FirstWrite>,
     pub(super) reader: IndexReader,
     pub(super) fields: SectionFields,
     pub(super) snapshot: Arc<RwLock<Arc<Snapshot>>>,
@@ -111,6 +115,13 @@ impl CommitPayload {
             .and_then(|payload| serde_json::from_str::<CommitPayload>(payload).ok())
             .map_or(0, |payload| payload.log_position)
     }
+
+    /// The payload of a commit that keeps `log_position`; none for 0 (a single-node collection).
+    fn json(log_position: u64) -> Option<String> {
+        (log_position != 0).then(|| {
+            serde_json::to_string(&CommitPayload { log_position }).expect("a number serializes")
+        })
+    }
 }
 
 impl WriterJob for CollectionWriter {
@@ -129,10 +140,15 @@ impl WriterJob for CollectionWriter {
                     done,
                     log_position,
                 } => {
-                    if self.apply(ops, done, permit) {
-                        if let Some(position) = log_position {
-                            self.pending_log_position = Some(position);
+                    let applied = match self.take_first_write(ops) {
+                        Ok(first) => {
+                            self.hold_first_write(first, done);
+                            true
                         }
+                        Err(ops) => self.apply(ops, done, permit),
+                    };
+                    if let Some(position) = log_position.filter(|_| applied) {
+                        self.pending_log_position = Some(position);
                     }
                 }
                 WriterCommand::Shutdown { done } => shutdown.push(done),
@@ -231,6 +247,7 @@ impl CollectionWriter {
     /// full disk, a read-only mount) again rather than a writer killed by the last one.
     fn abandon_uncommitted(&mut self, error: &LatheError) {
         drop(self.writer.take());
+        self.first_write = None;
         if let Some(dense) = &mut self.dense {
             dense.discard_pending();
         }
@@ -321,10 +338,64 @@ impl CollectionWriter {
         Ok(())
     }
 
+    /// `ops` as the first write of this empty collection (see [`first_segment`]) when nothing
+    /// is uncommitted and they may be one. Else the ops to apply through the `IndexWriter`:
+    /// `ops`, after those of a first write held uncommitted, if any.
+    ///
+    /// [`first_segment`]: super::first_segment
+    fn take_first_write(
+        &mut self,
+        ops: Vec<WriteOp>,
+    ) -> std::result::Result<FirstWrite, Vec<WriteOp>> {
+        if let Some(held) = self.first_write.take() {
+            return Err(held.into_ops().chain(ops).collect());
+        }
+        let empty = self.writer.is_none()
+            && self.dirty_since.is_none()
+            && self.reader.searcher().segment_readers().is_empty();
+        if !empty || ops.is_empty() {
+            return Err(ops);
+        }
+        FirstWrite::of(ops)
+    }
+
+    /// Holds `first` uncommitted, as [`CollectionWriter::apply`] holds a write.
+    fn hold_first_write(&mut self, first: FirstWrite, done: Option<oneshot::Sender<Result<u64>>>) {
+        self.first_write = Some(first);
+        self.dirty_since.get_or_insert_with(Instant::now);
+        self.waiters.extend(done);
+    }
+
+    /// Writes and commits the held first write as the index's one segment.
+    fn commit_first_write(&mut self, first: FirstWrite) {
+        if let Some(dense) = &mut self.dense {
+            for document in &first.documents {
+                dense.upserted(document);
+            }
+        }
+        self.publish(|writer, log_position| {
+            first
+                .commit(
+                    &writer.index,
+                    &writer.fields,
+                    CommitPayload::json(log_position),
+                )
+                .map_err(|error| match error {
+                    LatheError::Index(error) => {
+                        storage::write_error(&writer.collection, &writer.path, error)
+                    }
+                    other => other,
+                })
+        });
+    }
+
     /// Commits what was applied, answers the waiters, and on failure drops the writer and the
     /// uncommitted writes (see [`CollectionWriter::abandon_uncommitted`]).
     fn commit(&mut self) {
         self.dirty_since = None;
+        if let Some(first) = self.first_write.take() {
+            return self.commit_first_write(first);
+        }
         if self.writer.is_none() {
             // Closed writer: everything applied was committed (a sync waits for nothing).
             let generation = self
@@ -337,6 +408,17 @@ impl CollectionWriter {
             }
             return;
         }
+        self.publish(|writer, log_position| match writer.writer.as_mut() {
+            Some(index_writer) => commit_with_log_position(index_writer, log_position)
+                .map_err(|e| storage::write_error(&writer.collection, &writer.path, e)),
+            None => Err(LatheError::internal("no index writer to commit")),
+        });
+    }
+
+    /// Commits through `commit_index` (given the log position to keep), brings the dense index
+    /// and the snapshot up to it, answers the waiters; on failure drops the writer and the
+    /// uncommitted writes (see [`CollectionWriter::abandon_uncommitted`]).
+    fn publish(&mut self, commit_index: impl FnOnce(&mut Self, u64) -> Result<u64>) {
         // The sections these documents had before this commit, read from the last snapshot.
         let replaced_keys = match &self.dense {
             Some(dense) => dense.replaced_section_keys(&self.reader.searcher(), &self.fields),
@@ -347,12 +429,7 @@ impl CollectionWriter {
         let log_position = self
             .pending_log_position
             .unwrap_or_else(|| self.log_position.load(Ordering::SeqCst));
-        let committed = match self.writer.as_mut() {
-            Some(writer) => commit_with_log_position(writer, log_position)
-                .map_err(|e| storage::write_error(&self.collection, &self.path, e)),
-            None => Err(LatheError::internal("no index writer to commit")),
-        };
-        let result = committed.and_then(|opstamp| {
+        let result = commit_index(self, log_position).and_then(|opstamp| {
             // Dense index first, then the new snapshot: a query never sees a section whose
             // vector is missing (stale neighbours are dropped by the tantivy lookup).
             if let Some(dense) = &mut self.dense {
@@ -385,12 +462,10 @@ impl CollectionWriter {
 /// Commits, keeping a replicated collection's log position (non-zero) in the commit's payload:
 /// the position is durable exactly when the writes up to it are.
 fn commit_with_log_position(writer: &mut IndexWriter, log_position: u64) -> tantivy::Result<u64> {
-    if log_position == 0 {
+    let Some(payload) = CommitPayload::json(log_position) else {
         return writer.commit();
-    }
+    };
     let mut prepared = writer.prepare_commit()?;
-    let payload =
-        serde_json::to_string(&CommitPayload { log_position }).expect("a number serializes");
     prepared.set_payload(&payload);
     prepared.commit()
 }
