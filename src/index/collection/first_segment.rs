@@ -5,8 +5,9 @@
 //! threads, segment updater and merge pool, takes its lock file, and gives each new segment a
 //! term hash table of 2^19 slots (4 MiB, filled at creation and walked whole when the segment is
 //! written, since tantivy sizes it from the memory budget and its smallest budget already
-//! reaches the cap). For a tenant's collection of one small document that was about a quarter
-//! of the server's CPU for the collection. Here the write goes through tantivy's public
+//! reaches the cap). For a tenant's collection of one small document, skipping all that takes
+//! the server's CPU for creating it from 9.5 to 5.5 ms (BENCHMARKS.md, "Idle collections").
+//! Here the write goes through tantivy's public
 //! [`SegmentWriter`] on the writer's own thread, with a budget sized to the text (the table
 //! doubles when it must, as it always does), and the new `meta.json` lists that segment: what
 //! tantivy's own `SingleSegmentIndexWriter` does, with Lathe's opstamp and commit payload kept.
