@@ -5,7 +5,8 @@
 //! paragraph and the 7 paragraphs after it in its article (wrapping), i.e. what a top-8 coarse
 //! search returns when it finds the right place. One iteration processes all 16 queries:
 //! - `analyze/cold`: budget-token offsets (MiniLM tokenizer) and BM25 term positions of the 8
-//!   sections, with an empty section cache (what a never-seen section costs);
+//!   sections, each with its sentences as stored at ingest, with an empty section cache (what a
+//!   never-seen section costs);
 //! - `analyze/section_cache_hit`: the same with every section already cached;
 //! - `rechunk/<strategy>-<max>`: cutting the 8 sections into candidate chunks;
 //! - `score`: chunk BM25 + section prior, sorted;
@@ -91,6 +92,9 @@ fn load() -> Workload {
         let hits: Vec<SectionHit> = (0..SECTIONS_PER_QUERY)
             .map(|i| {
                 let ordinal = (first + i) % texts.len();
+                // Stored with each section at ingest, as the sentences stage computes them.
+                let mut sentences = Vec::new();
+                lathe::chunk::sentences(&texts[ordinal], &mut sentences);
                 SectionHit {
                     score: 10.0 - i as f32,
                     doc_id: query.doc_id.clone(),
@@ -104,7 +108,7 @@ fn load() -> Workload {
                     char_start: 0,
                     metadata: Default::default(),
                     section_key: ordinal as u64,
-                    sentences: Vec::new(),
+                    sentences,
                     sentence_vectors: Vec::new(),
                 }
             })

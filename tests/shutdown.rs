@@ -165,13 +165,20 @@ async fn sigterm_drains_in_flight_requests_refuses_new_ones_and_commits() {
     // HTTP/2 graceful shutdown first sends GOAWAY with the largest stream id, then the real last
     // one a round trip later: a request that races the first GOAWAY is still taken and served
     // like any in-flight one. Otherwise it is refused: Unavailable when the client saw GOAWAY
-    // first, Cancelled ("connection closed") when the connection closed under it.
+    // first, Cancelled ("connection closed") when the connection closed under it, or Internal
+    // when the request was already on its way as the GOAWAY arrived: hyper then fails the
+    // stream with the server's own graceful GOAWAY (NO_ERROR), which tonic reports as Internal
+    // (seen once under a loaded test run).
     if let Err(late) = late {
+        let refused_by_goaway = late.code() == tonic::Code::Internal && {
+            let debug = format!("{late:?}");
+            debug.contains("GoAway") && debug.contains("NO_ERROR")
+        };
         assert!(
             matches!(
                 late.code(),
                 tonic::Code::Unavailable | tonic::Code::Cancelled
-            ),
+            ) || refused_by_goaway,
             "{late:?}"
         );
     }

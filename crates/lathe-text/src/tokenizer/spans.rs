@@ -154,7 +154,7 @@ impl BudgetTokenizer {
     pub fn spans_count_from_offsets(&self, text: &str) -> bool {
         self.cut_rule != CutRule::Unknown
             && text.len() <= MAX_CALL_BYTES / 2
-            && longest_run_bytes(text) <= MAX_RUN_BYTES
+            && runs_at_most(text, MAX_RUN_BYTES)
     }
 
     /// Exactly `self.count(&text[bytes])`. `offsets` are this tokenizer's offsets of `text`, and
@@ -284,21 +284,36 @@ impl BudgetTokenizer {
     }
 }
 
-/// The longest run of whitespace chars or of other chars in `text`, in bytes (the runs
-/// [`super::for_each_tokenizer_call`] cuts into pieces past [`MAX_RUN_BYTES`]).
-fn longest_run_bytes(text: &str) -> usize {
-    let mut longest = 0;
-    let mut run_start = 0;
+/// Whether no run of whitespace chars or of other chars in `text` is longer than `most` bytes
+/// (the runs [`super::for_each_tokenizer_call`] cuts into pieces past [`MAX_RUN_BYTES`]). ASCII
+/// bytes are classed without decoding a char, and the scan stops at the first run too long.
+fn runs_at_most(text: &str, most: usize) -> bool {
+    if text.len() <= most {
+        return true;
+    }
+    let bytes = text.as_bytes();
+    let (mut position, mut run_start) = (0, 0);
     let mut run_is_whitespace = None;
-    for (position, ch) in text.char_indices() {
-        let is_whitespace = ch.is_whitespace();
+    while position < bytes.len() {
+        let (is_whitespace, width) = match bytes[position] {
+            // `char::is_whitespace` of the ASCII chars: tab, line feed, vertical tab, form feed,
+            // carriage return and space.
+            byte @ 0..=0x7f => (matches!(byte, b'\t'..=b'\r' | b' '), 1),
+            _ => {
+                let ch = text[position..].chars().next().unwrap_or_default();
+                (ch.is_whitespace(), ch.len_utf8())
+            }
+        };
         if run_is_whitespace != Some(is_whitespace) {
-            longest = longest.max(position - run_start);
             run_start = position;
             run_is_whitespace = Some(is_whitespace);
         }
+        position += width;
+        if position - run_start > most {
+            return false;
+        }
     }
-    longest.max(text.len() - run_start)
+    true
 }
 
 #[cfg(test)]
@@ -479,8 +494,49 @@ pub(super) mod tests {
         boundaries[pick % boundaries.len()]
     }
 
+    /// The longest run of whitespace chars or of other chars, in bytes, char by char: what
+    /// [`runs_at_most`] must agree with.
+    fn longest_run(text: &str) -> usize {
+        let mut runs: Vec<(bool, usize)> = Vec::new();
+        for ch in text.chars() {
+            match runs.last_mut() {
+                Some((white, bytes)) if *white == ch.is_whitespace() => *bytes += ch.len_utf8(),
+                _ => runs.push((ch.is_whitespace(), ch.len_utf8())),
+            }
+        }
+        runs.iter().map(|&(_, bytes)| bytes).max().unwrap_or(0)
+    }
+
+    #[test]
+    fn runs_are_measured_in_bytes_whatever_their_chars() {
+        // A no-break space and an ideographic space are whitespace of 2 and 3 bytes; `é` and `中`
+        // are other chars of 2 and 3 bytes; vertical tab and form feed are ASCII whitespace.
+        for (text, longest) in [
+            ("ab  cd", 2),
+            ("a\u{a0}\u{3000} b", 6),
+            ("é中x y", 6),
+            ("x\x0b\x0c\r\n\ty", 5),
+            ("", 0),
+        ] {
+            assert_eq!(longest_run(text), longest, "{text:?}");
+            assert!(runs_at_most(text, longest), "{text:?}");
+            assert!(
+                !runs_at_most(text, longest.saturating_sub(1)) || longest == 0,
+                "{text:?}"
+            );
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn runs_at_most_agrees_with_the_longest_run_char_by_char(
+            text in "[ a\\t\\n\\x0b\u{a0}\u{2003}é中\u{1f600}-]{0,40}",
+            most in 0usize..12,
+        ) {
+            prop_assert_eq!(runs_at_most(&text, most), longest_run(&text) <= most);
+        }
 
         /// Read from the offsets or not, a span's count is its own text's count: for spans cut
         /// anywhere and for spans on token edges (as chunks are).
