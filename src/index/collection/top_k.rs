@@ -15,24 +15,17 @@ use crate::error::Result;
 
 /// The best `limit` documents for `query` by score, equal scores by the lower section key: the
 /// same sections come back whatever the segments look like (on every replica, after any merge),
-/// where tantivy's own order breaks ties by segment and position. The pruned search is asked for
-/// more than `limit` until what it returns ends below the `limit`-th score, so that every
-/// document tied with the `limit`-th is among them; usually the first ask. Each comes with its
-/// section key as the fast field holds it (`None` for a position without one: damaged).
+/// where tantivy's own order breaks ties by segment and position. The pruned search keeps every
+/// document tied with the `limit`-th score ([`Best`]), so one search is enough however many tie
+/// (a corpus with repeated sections ties often: asking again for twice as many re-ran a fifth of
+/// a million-section benchmark's queries). Each comes with its section key as the fast field
+/// holds it (`None` for a position without one: damaged).
 pub(super) fn top_by_score_then_key(
     snapshot: &Snapshot,
     query: &dyn Query,
     limit: usize,
 ) -> Result<Vec<(Score, Option<u64>, DocAddress)>> {
-    let mut fetch = limit + 1;
-    let top = loop {
-        let top = top_scored(&snapshot.searcher, query, fetch)?;
-        let complete = top.len() < fetch || top[fetch - 1].0 < top[limit - 1].0;
-        if complete {
-            break top;
-        }
-        fetch *= 2;
-    };
+    let top = top_scored(&snapshot.searcher, query, limit)?;
     let mut keyed: Vec<(Score, Option<u64>, DocAddress)> = top
         .into_iter()
         .map(|(score, address)| (score, snapshot.section_key_at(address), address))
@@ -45,14 +38,14 @@ pub(super) fn top_by_score_then_key(
     Ok(keyed)
 }
 
-/// The `k` best-scoring live documents for `query`, best first (equal scores in no particular
-/// order). The documents tantivy's `TopDocs` keeps, up to the order of ties at the `k`-th
-/// score: a document is passed over only when its score is at most the `k`-th best of those
-/// already kept, which only grows. Up to the last bit of a score, too: block-max WAND adds a
-/// document's term scores in the order its scorers happen to lie, which the starting threshold
-/// changes, so two documents of equal BM25 can trade places (7 of 28,485 answers of covid-a's
-/// eval changed order deep in a long answer, none its set; docs/notebook, "BM25's threshold
-/// carried across segments").
+/// The `k` best-scoring live documents for `query` and every other one tied with the `k`-th,
+/// best first (equal scores in no particular order): the documents tantivy's `TopDocs` keeps,
+/// and those it leaves out only for a tie. A document is passed over only when its score is
+/// below the `k`-th best of those already kept, which only grows. Up to the last bit of a score:
+/// block-max WAND adds a document's term scores in the order its scorers happen to lie, which the
+/// starting threshold changes, so two documents of equal BM25 can trade places (7 of 28,485
+/// answers of covid-a's eval changed order deep in a long answer, none its set; docs/notebook,
+/// "BM25's threshold carried across segments").
 fn top_scored(
     searcher: &Searcher,
     query: &dyn Query,
@@ -82,10 +75,13 @@ fn top_scored(
     Ok(best.into_sorted())
 }
 
-/// A bounded min-heap of the `k` best (score, address) pairs seen.
+/// A bounded min-heap of the `k` best (score, address) pairs seen, and the pairs tied with the
+/// `k`-th best score that the heap has no room for.
 struct Best {
     k: usize,
     heap: BinaryHeap<Reverse<Entry>>,
+    /// Pairs scored exactly the heap's least score, outside it.
+    ties: Vec<Entry>,
 }
 
 #[derive(Clone, Copy)]
@@ -113,35 +109,59 @@ impl Best {
         Self {
             k,
             heap: BinaryHeap::with_capacity(k + 1),
+            ties: Vec::new(),
         }
     }
 
-    /// The score a document must exceed to be kept: the `k`-th best once `k` are kept.
-    fn threshold(&self) -> Score {
+    /// The `k`-th best score, once `k` are kept.
+    fn kth(&self) -> Option<Score> {
         if self.heap.len() < self.k {
-            return Score::MIN;
+            return None;
         }
-        self.heap
-            .peek()
-            .map_or(Score::MIN, |Reverse(entry)| entry.0)
+        self.heap.peek().map(|Reverse(entry)| entry.0)
+    }
+
+    /// The score a document must exceed to be passed on: the float just below the `k`-th best,
+    /// so that a document tying it is passed on too.
+    fn threshold(&self) -> Score {
+        self.kth().map_or(Score::MIN, Score::next_down)
     }
 
     fn push(&mut self, score: Score, address: DocAddress) {
-        if self.heap.len() < self.k {
-            self.heap.push(Reverse(Entry(score, address)));
-        } else if score > self.threshold() {
-            if let Some(mut least) = self.heap.peek_mut() {
-                *least = Reverse(Entry(score, address));
+        let entry = Entry(score, address);
+        if self.k == 0 {
+            return;
+        }
+        let Some(kth) = self.kth() else {
+            self.heap.push(Reverse(entry));
+            return;
+        };
+        if score > kth {
+            let Some(mut least) = self.heap.peek_mut() else {
+                return;
+            };
+            let Reverse(out) = std::mem::replace(&mut *least, Reverse(entry));
+            drop(least);
+            // The pair pushed out ties the new `k`-th score, or the `k`-th score rose past it and
+            // past every tie kept so far.
+            if Some(out.0) == self.kth() {
+                self.ties.push(out);
+            } else {
+                self.ties.clear();
             }
+        } else if score == kth {
+            self.ties.push(entry);
         }
     }
 
     fn into_sorted(self) -> Vec<(Score, DocAddress)> {
-        // Ascending `Reverse` is descending entries: best first.
-        self.heap
-            .into_sorted_vec()
+        let mut entries: Vec<Entry> = self.heap.into_iter().map(|Reverse(e)| e).collect();
+        entries.extend(self.ties);
+        // Descending entries: best first.
+        entries.sort_unstable_by(|a, b| b.cmp(a));
+        entries
             .into_iter()
-            .map(|Reverse(Entry(score, address))| (score, address))
+            .map(|Entry(score, address)| (score, address))
             .collect()
     }
 }
@@ -206,7 +226,7 @@ mod tests {
     }
 
     #[test]
-    fn the_carried_threshold_keeps_exactly_the_documents_tantivy_keeps() {
+    fn the_carried_threshold_keeps_the_documents_tantivy_keeps_and_every_tie() {
         let (index, text) = index(7);
         let searcher = index.reader().unwrap().searcher();
         assert!(searcher.segment_readers().len() >= 7);
@@ -216,27 +236,40 @@ mod tests {
             vec!["rare", "anchor", "tide"],
             vec!["common", "sail", "rope", "harbour"],
         ];
+        let mut extra_ties = 0;
         for words in queries {
             let query = disjunction(text, &words);
+            let every = searcher
+                .search(&query, &TopDocs::with_limit(100_000).order_by_score())
+                .unwrap();
             for k in [1, 5, 48, 2_000] {
                 let ours = top_scored(&searcher, &query, k).unwrap();
                 let theirs = searcher
                     .search(&query, &TopDocs::with_limit(k).order_by_score())
                     .unwrap();
-                assert_eq!(ours.len(), theirs.len(), "{words:?} k {k}");
-                // Equal scores at the k-th may be different documents; the scores are the same,
-                // and so is every document above the k-th score.
+                // The first k are tantivy's scores; the rest tie the k-th.
                 let scores =
                     |top: &[(Score, DocAddress)]| top.iter().map(|t| t.0).collect::<Vec<_>>();
-                assert_eq!(scores(&ours), scores(&theirs), "{words:?} k {k}");
-                let last = ours.last().map_or(Score::MIN, |t| t.0);
-                let above = |top: &[(Score, DocAddress)]| {
-                    let mut above: Vec<DocAddress> =
-                        top.iter().filter(|t| t.0 > last).map(|t| t.1).collect();
-                    above.sort();
-                    above
+                assert!(ours.len() >= theirs.len(), "{words:?} k {k}");
+                assert_eq!(
+                    scores(&ours[..theirs.len()]),
+                    scores(&theirs),
+                    "{words:?} k {k}"
+                );
+                let last = theirs.last().map_or(Score::MIN, |t| t.0);
+                assert!(
+                    ours[theirs.len()..].iter().all(|t| t.0 == last),
+                    "{words:?} k {k}"
+                );
+                extra_ties += ours.len() - theirs.len();
+                // Exactly the documents scoring at least the k-th, whichever tantivy kept.
+                let at_least = |top: &[(Score, DocAddress)]| {
+                    let mut at_least: Vec<DocAddress> =
+                        top.iter().filter(|t| t.0 >= last).map(|t| t.1).collect();
+                    at_least.sort();
+                    at_least
                 };
-                assert_eq!(above(&ours), above(&theirs), "{words:?} k {k}");
+                assert_eq!(at_least(&ours), at_least(&every), "{words:?} k {k}");
                 for (_, address) in &ours {
                     let reader = searcher.segment_reader(address.segment_ord);
                     assert!(!reader
@@ -245,5 +278,29 @@ mod tests {
                 }
             }
         }
+        // The small vocabulary ties often: the ties were there to keep.
+        assert!(extra_ties > 0);
+    }
+
+    #[test]
+    fn ties_pushed_out_of_the_heap_are_kept_until_the_kth_score_rises_past_them() {
+        let at = |doc| DocAddress::new(0, doc);
+        let mut best = Best::new(2);
+        for (doc, score) in [(0, 1.0), (1, 1.0), (2, 1.0), (3, 2.0)] {
+            best.push(score, at(doc));
+        }
+        // 2.0 pushed one 1.0 out; the k-th is still 1.0, so all three 1.0s stay.
+        assert_eq!(best.threshold(), 1.0f32.next_down());
+        assert_eq!(best.into_sorted().len(), 4);
+
+        let mut best = Best::new(2);
+        for (doc, score) in [(0, 1.0), (1, 1.0), (2, 1.0), (3, 2.0), (4, 3.0), (5, 1.5)] {
+            best.push(score, at(doc));
+        }
+        assert_eq!(best.into_sorted(), vec![(3.0, at(4)), (2.0, at(3))]);
+
+        let mut none = Best::new(0);
+        none.push(1.0, at(0));
+        assert!(none.into_sorted().is_empty());
     }
 }
